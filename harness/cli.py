@@ -1,0 +1,150 @@
+"""The `linnet-bench` command line: list models, run a benchmark (and, in their modules, render the site and check
+for regressions). A UserError is printed as one line with exit status 1; anything else is a real traceback."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.console import Console
+from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from harness.bench import BenchSettings, Display, run_bench
+from harness.memory import nvml_handles
+from harness.registry import MODELS, get_model
+from harness.results import Row, load_result
+from harness.workload import PROFILES, get_profile
+from linnet_core.errors import UserError
+from runners import RUNNERS, get_runner
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, help="Linnet Bench: time every stack the same way.")
+console = Console()
+DTYPES = ("f32", "f16", "bf16")
+
+
+@app.command()
+def models() -> None:
+    """List the models the bench knows."""
+    table = Table("id", "aliases", "parameters", "title")
+    for m in MODELS.values():
+        table.add_row(m.id, ", ".join(m.aliases), f"{m.parameters / 1e6:.1f}M", m.title)
+    console.print(table)
+
+
+@app.command()
+def runners() -> None:
+    """List the runners (rows) the bench knows."""
+    table = Table("id", "label", "group", "replaces")
+    for r in RUNNERS.values():
+        table.add_row(r.id, r.label, r.group, r.peer or "")
+    console.print(table)
+
+
+@app.command()
+def run(
+    model: str = typer.Argument(..., help="model id or alias (see `linnet-bench models`)"),
+    runner: Optional[list[str]] = typer.Option(None, "--runner", "-r", help="a runner id; repeat for several (default: all)"),
+    profile: Optional[str] = typer.Option(None, help=f"one of {', '.join(PROFILES)} (default: 'default' on a GPU or for a tiny model, else 'cpu')"),
+    weights: Optional[Path] = typer.Option(None, help="a local Hugging Face checkpoint directory (default: synthetic weights)"),
+    dtype: Optional[str] = typer.Option(None, help="f32, f16 or bf16 (default: bf16 on a GPU, f32 on a CPU)"),
+    device: Optional[str] = typer.Option(None, help="cpu or cuda (default: cuda when NVML sees a GPU)"),
+    out: Path = typer.Option(Path("results"), help="result files go to OUT/<model>/<run-id>.json"),
+    timeout: Optional[float] = typer.Option(None, help="seconds before a runner's child is killed (default: the profile's)"),
+    seed: int = typer.Option(0, help="seed of the prompt, the probe and synthetic weights"),
+) -> None:
+    """Run every requested row on MODEL, each in its own process, and write one result file."""
+    entry = get_model(model)
+    device = device or ("cuda" if nvml_handles() else "cpu")
+    if device not in ("cpu", "cuda"):
+        raise UserError(f"unknown device {device!r}; use cpu or cuda")
+    dtype = dtype or ("bf16" if device == "cuda" else "f32")
+    if dtype not in DTYPES:
+        raise UserError(f"unknown dtype {dtype!r}; use one of {', '.join(DTYPES)}")
+    chosen = tuple(get_runner(r) for r in runner) if runner else tuple(RUNNERS.values())
+    profile_name = profile or ("default" if device == "cuda" or entry.is_tiny else "cpu")
+    settings = BenchSettings(entry, chosen, get_profile(profile_name), dtype, device, weights, out, seed, timeout)
+    try:
+        path = run_bench(settings, RichDisplay(chosen))
+    except KeyboardInterrupt:
+        console.print("[yellow]interrupted[/]: the finished rows are kept in the result file (complete: false)")
+        raise typer.Exit(130)
+    console.print(summary_table(load_result(path).rows))
+    console.print(f"result file: {path}")
+
+
+class RichDisplay(Display):
+    """A spinner with the child's current phase while a runner works, then one line per finished row."""
+
+    def __init__(self, runners):
+        self.runners = runners
+        self.bar = Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(), console=console, transient=True)
+        self.task = None
+
+    def begin(self, result, path):
+        console.print(
+            f"[bold]{result.model}[/] · {len(self.runners)} runner(s) · profile {result.protocol['profile']} · "
+            f"{result.protocol['dtype']} on {result.protocol['device']} · weights: {result.weights} · writing {path}"
+        )
+
+    def start(self, runner):
+        if self.task is None:
+            self.bar.start()
+        else:
+            self.bar.remove_task(self.task)
+        self.task = self.bar.add_task(f"{runner.id}: starting")
+
+    def progress(self, runner, text):
+        self.bar.update(self.task, description=f"{runner.id}: {text}")
+
+    def finish(self, row):
+        mark = {"ok": "[green]ok[/]", "skipped": "[yellow]skipped[/]", "failed": "[red]failed[/]"}[row.status]
+        detail = f"{row.metrics.get('decode_tok_s', 0):.1f} tok/s" if row.status == "ok" and "decode_tok_s" in row.metrics else (row.reason or "")
+        self.bar.console.print(f"{mark} {row.runner}: {detail.splitlines()[0][:160] if detail else ''}")
+
+
+def fmt(value, unit: str, digits: int = 3) -> str:
+    return "–" if value is None else f"{value:.{digits}g} {unit}"
+
+
+def summary_table(rows: list[Row]) -> Table:
+    table = Table("runner", "status", "TTFT", "decode", "serving", "load", "first call", "peak mem", "distance")
+    for r in rows:
+        m = r.metrics
+        table.add_row(
+            r.runner,
+            r.status,
+            fmt(m.get("ttft_ms"), "ms"),
+            fmt(m.get("decode_tok_s"), "tok/s"),
+            fmt(m.get("serving_tok_s"), "tok/s"),
+            fmt(m.get("load_s"), "s"),
+            fmt(m.get("first_call_s"), "s"),
+            fmt(m.get("peak_mem_gib"), f"GiB {m.get('mem_kind', '')}".strip()),
+            "–" if r.distance is None else f"{r.distance:.3g}",
+        )
+    return table
+
+
+def main() -> None:
+    try:
+        app(standalone_mode=False)
+    except UserError as e:
+        console.print(f"[red]error:[/] {e}", highlight=False, soft_wrap=True)
+        sys.exit(1)
+    except typer.Exit as e:
+        sys.exit(e.exit_code)
+    except (typer.Abort, KeyboardInterrupt):
+        sys.exit(130)
+    except Exception as e:  # click's usage errors (bad option, missing argument) are user errors too
+        import click
+
+        if isinstance(e, click.ClickException):
+            e.show()
+            sys.exit(e.exit_code)
+        raise
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,93 @@
+"""The result file: one JSON document per run, versioned, written atomically, refused when its version is unknown."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from linnet_core.errors import UserError
+
+SCHEMA_VERSION = 1
+
+
+class Row(BaseModel):
+    """One stack's outcome: measured metrics, or why it was skipped or failed."""
+
+    model_config = ConfigDict(extra="allow")
+
+    runner: str  # the runner id (see runners/__init__.py)
+    label: str  # the name on the page, e.g. "Linnet, generated PyTorch"
+    group: str  # the page section, e.g. "PyTorch"
+    status: Literal["ok", "skipped", "failed"]
+    reason: str | None = None  # why skipped or failed (stderr tail for a crash)
+    peer: str | None = None  # the runner id of the stack this row replaces
+    distance: float | None = None  # max |logits - reference logits|; None when not compared
+    notes: list[str] = Field(default_factory=list)
+    metrics: dict[str, Any] = Field(default_factory=dict)  # ttft_ms, decode_tok_s, ... with *_min/*_max
+
+
+class ResultFile(BaseModel):
+    """A whole run: where and how it ran, and a row per runner."""
+
+    model_config = ConfigDict(extra="allow")
+
+    schema_version: int
+    model: str
+    run_id: str
+    created_at: str  # ISO 8601, UTC
+    machine: dict[str, Any]  # cpu, gpu, driver, cuda, versions, git commit
+    workload: dict[str, Any]  # prompt/new tokens, runs, warm-ups, seed, serving workload
+    protocol: dict[str, Any]  # profile name, dtype, device, timeouts
+    weights: str  # "synthetic" or the checkpoint path
+    complete: bool = True  # False while running or after an interruption: the rows so far are kept
+    rows: list[Row] = Field(default_factory=list)
+
+
+def write_result(result: ResultFile, path: Path) -> None:
+    """Writes atomically: a reader sees the old file or the new one, never half of one."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(result.model_dump_json(indent=2))
+            f.write("\n")
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def load_result(path: Path) -> ResultFile:
+    """Reads one result file; a one-line error for a malformed file or a schema version this code does not know."""
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise UserError(f"{path}: no such result file") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise UserError(f"{path}: not a JSON result file ({e})") from None
+    if not isinstance(data, dict) or "schema_version" not in data:
+        raise UserError(f"{path}: not a result file (no schema_version)")
+    version = data["schema_version"]
+    if version != SCHEMA_VERSION:
+        raise UserError(
+            f"{path}: result schema version {version!r} is not known to this Linnet Bench (it reads version "
+            f"{SCHEMA_VERSION}); re-run `linnet-bench run {data.get('model', 'MODEL')}` or use a matching release"
+        )
+    try:
+        return ResultFile.model_validate(data)
+    except ValidationError as e:
+        first = e.errors()[0]
+        where = ".".join(str(p) for p in first["loc"])
+        raise UserError(f"{path}: malformed result file: {where}: {first['msg']}") from None
+
+
+def load_results(directory: Path) -> list[ResultFile]:
+    """Every result file under a directory (results/<model>/<run-id>.json), oldest first."""
+    files = sorted(Path(directory).glob("*/*.json"))
+    return sorted((load_result(f) for f in files), key=lambda r: r.created_at)

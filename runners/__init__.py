@@ -1,0 +1,42 @@
+"""The runner registry: one line per stack (a row on the page). The harness knows stacks only through this table."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from linnet_core.errors import UserError
+
+# Page sections, in page order.
+GROUPS = ("PyTorch", "JAX", "ONNX Runtime and TensorRT", "LLM engines", "Serving many requests")
+
+
+@dataclass(frozen=True)
+class RunnerInfo:
+    id: str  # the --runner name and the row's `runner` field
+    module: str  # "module" (its class Runner) or "module:Class": imported only in the child process
+    label: str  # the row's name on the page
+    group: str  # one of GROUPS
+    peer: str | None = None  # the runner id of the stack this row replaces
+    kind: Literal["single", "serving"] = "single"  # single-request protocol or the serving workload
+
+    def __post_init__(self):
+        assert self.group in GROUPS, self.group
+
+
+RUNNERS: dict[str, RunnerInfo] = {
+    r.id: r
+    for r in (
+        RunnerInfo("transformers", "runners.transformers_eager", "transformers", "PyTorch"),
+        RunnerInfo("transformers-compiled", "runners.transformers_compiled", "transformers, compiled", "PyTorch"),
+    )
+}
+
+# The row every other row's logits are compared with.
+REFERENCE = "transformers"
+
+
+def get_runner(name: str) -> RunnerInfo:
+    if name not in RUNNERS:
+        raise UserError(f"unknown runner {name!r}; known runners: {', '.join(RUNNERS)}")
+    return RUNNERS[name]

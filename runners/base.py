@@ -1,0 +1,82 @@
+"""What every runner is: the spec it is handed, and the interface the timing protocol calls."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """Everything a child process needs, sent as JSON. Unknown keys are errors."""
+
+    runner: str  # runner id
+    module: str  # "package.module" (class Runner) or "package.module:Class": what the child imports
+    model: str  # model id
+    checkpoint: str  # Hugging Face checkpoint directory every stack reads
+    dtype: str  # "f32" | "f16" | "bf16": the compute dtype
+    device: str  # "cpu" | "cuda"
+    prompt: list[int]  # the timed prompt's token ids
+    new_tokens: int  # tokens generated per run, the first included
+    warmups: int  # untimed runs before the measured ones
+    runs: int  # measured runs
+    probe: list[int]  # the distance probe sequence
+    probe_prefill: int  # how much of the probe is prefilled; the rest is fed one token at a time
+    max_positions: int  # static caches hold this many positions (prompt + new, rounded up)
+    work_dir: str  # a private directory for artefacts (compiled graphs, exports, logits)
+    mode: str = "measure"  # "measure" (time, then score) | "score" (reference logits only)
+    options: dict[str, Any] = field(default_factory=dict)  # runner-specific settings (serving workload, ...)
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self))
+
+    @classmethod
+    def from_json(cls, text: str) -> RunSpec:
+        return cls(**json.loads(text))
+
+    @property
+    def work(self) -> Path:
+        return Path(self.work_dir)
+
+
+class Runner:
+    """A single-request stack. The harness calls load once, then prefill/decode per run, then score, then close.
+
+    Every method returns host values (token ids as ints, logits as a numpy array), so the device has
+    finished its work when a method returns; the protocol reads the clock only between calls."""
+
+    def __init__(self, spec: RunSpec):
+        self.spec = spec
+        self.notes: list[str] = []  # shown in the row's Notes column
+        self.metrics: dict[str, Any] = {}  # extra measurements merged into the row (e.g. allocator peak)
+
+    @classmethod
+    def unavailable(cls, spec: RunSpec) -> str | None:
+        """Why this stack cannot run here (no CUDA, package missing), or None."""
+        return None
+
+    def load(self) -> None:
+        """Reads the checkpoint and makes the model ready for its first run."""
+        raise NotImplementedError
+
+    def prefill(self, prompt: list[int]) -> int:
+        """Starts a new sequence from the prompt; returns the first new token id (greedy)."""
+        raise NotImplementedError
+
+    def decode(self, n: int) -> list[int]:
+        """Generates the next n token ids greedily, EOS ignored."""
+        raise NotImplementedError
+
+    def score(self, ids: list[int], n_prefill: int) -> np.ndarray | None:
+        """Logits through the cache path: prefill ids[:n_prefill], then feed the rest one token at a time.
+
+        Returns float32 [len(ids) - n_prefill + 1, vocab]: the last prefill position, then one row per fed
+        token. None when the engine exposes no logits (say why in self.notes)."""
+        return None
+
+    def close(self) -> None:
+        pass

@@ -1,0 +1,40 @@
+import json
+
+import pytest
+
+from harness.results import SCHEMA_VERSION, ResultFile, Row, load_result, write_result
+from linnet_core.errors import UserError
+
+
+def sample() -> ResultFile:
+    return ResultFile(
+        schema_version=SCHEMA_VERSION, model="qwen2-tiny", run_id="r1", created_at="2026-12-02T00:00:00+00:00",
+        machine={"cpu": "x"}, workload={"prompt_tokens": 8}, protocol={"profile": "quick"}, weights="synthetic",
+        rows=[Row(runner="transformers", label="transformers", group="PyTorch", status="ok", distance=0.0,
+                  metrics={"decode_tok_s": 10.0, "decode_tok_s_min": 9.0}, tokens_agree=8)],
+    )  # fmt: skip
+
+
+def test_round_trip_keeps_every_field(tmp_path):
+    path = tmp_path / "m" / "r1.json"
+    write_result(sample(), path)
+    loaded = load_result(path)
+    assert loaded == sample()
+    assert loaded.rows[0].tokens_agree == 8  # extra fields survive
+    assert list(tmp_path.glob("m/.*")) == []  # no temporary file left behind
+
+
+def test_an_unknown_schema_version_is_refused_with_what_to_do(tmp_path):
+    data = json.loads(sample().model_dump_json())
+    data["schema_version"] = 99
+    (tmp_path / "f.json").write_text(json.dumps(data))
+    with pytest.raises(UserError, match="version 99.*linnet-bench run qwen2-tiny"):
+        load_result(tmp_path / "f.json")
+
+
+@pytest.mark.parametrize("text", ["{not json", "[]", '{"schema_version": 1, "model": "m"}'])
+def test_malformed_files_are_one_line_errors(tmp_path, text):
+    (tmp_path / "f.json").write_text(text)
+    with pytest.raises(UserError) as e:
+        load_result(tmp_path / "f.json")
+    assert "f.json" in str(e.value) and "\n" not in str(e.value)

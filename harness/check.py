@@ -100,6 +100,7 @@ class Finding:
     kind: str  # "regression" | "improvement" | "new" | "note"
     subject: str  # a metric name, "distance", "status" or "row"
     message: str  # one line for a person
+    label: str = ""  # a few words for the verdict line, e.g. "decode", "vanished"; the subject when empty
     baseline: float | None = None  # the compared figures: absolute, or ratios to the reference in ratio mode
     candidate: float | None = None
     change: float | None = None  # candidate / baseline - 1
@@ -272,7 +273,8 @@ def reference_row(rows: dict[str, Row]) -> Row | None:
 
 def compare_row(runner: str, cand: Row | None, base: Row | None, bound: float) -> RowReport:
     """Status and correctness: vanished, failed, skipped, new, and the distance against its tolerance."""
-    report = RowReport(runner, base and base.status, cand and cand.status, cand and cand.distance, bound)
+    report = RowReport(runner, base.status if base else None, cand.status if cand else None,
+                       cand.distance if cand else None, bound)  # fmt: skip
 
     def add(kind: str, subject: str, message: str, **figures) -> None:
         report.findings.append(Finding(runner, kind, subject, message, **figures))
@@ -280,21 +282,23 @@ def compare_row(runner: str, cand: Row | None, base: Row | None, bound: float) -
     wrong = cand is not None and cand.distance is not None and cand.distance > bound
     if cand is None:
         lost = base.status == "ok"  # a row that measured nothing before loses nothing by vanishing
-        add("regression" if lost else "note", "row", f"vanished: the candidate run has no such row (was {base.status})")
-    elif base is None:
+        add("regression" if lost else "note", "row", f"vanished: the candidate run has no such row (was {base.status})",
+            label="vanished")
+        return report
+    if base is None:
         add("new", "row", f"new row ({cand.status}), not in the baseline: not judged"
             + (f"; its distance {cand.distance:.3g} is above its tolerance {bound:g}" if wrong else ""))  # fmt: skip
-    elif base.status == "ok" and cand.status != "ok":
-        add("regression", "status", f"was ok, now {cand.status}: {first_line(cand.reason)}")
+        return report
+    if base.status == "ok" and cand.status != "ok":
+        add("regression", "status", f"was ok, now {cand.status}: {first_line(cand.reason)}", label=cand.status)
     elif base.status != "ok" and cand.status == "ok":
         add("improvement", "status", f"was {base.status}, now ok")
-    elif cand.status == "ok":
-        if wrong:
-            add("regression", "distance", f"distance {cand.distance:.3g} is above its tolerance {bound:g}",
-                baseline=base.distance, candidate=cand.distance)  # fmt: skip
-        elif cand.distance is None and base.distance is not None:
-            add("regression", "distance", "no longer compared with the reference: "
-                + first_line(next((n for n in cand.notes if n.startswith("not compared")), "no distance")))  # fmt: skip
+    if wrong:
+        add("regression", "distance", f"distance {cand.distance:.3g} is above its tolerance {bound:g}",
+            baseline=base.distance, candidate=cand.distance)  # fmt: skip
+    elif cand.status == "ok" and cand.distance is None and base.distance is not None:
+        add("regression", "distance", "no longer compared with the reference: "
+            + first_line(next((n for n in cand.notes if n.startswith("not compared")), "no distance")))  # fmt: skip
     return report
 
 
@@ -310,7 +314,8 @@ def compare_metrics(report: RowReport, cand: Row, base: Row, refs: tuple[Row | N
         if metric.name not in base.metrics:
             continue
         if metric.name not in cand.metrics:
-            report.findings.append(Finding(report.runner, "regression", metric.name, f"{metric.label} is no longer measured"))
+            report.findings.append(Finding(report.runner, "regression", metric.name, f"{metric.label} is no longer measured",
+                                           f"{metric.label} gone"))
             continue
         if metric.memory and cand.metrics.get("mem_kind") != base.metrics.get("mem_kind"):
             report.findings.append(Finding(report.runner, "note", metric.name,
@@ -353,10 +358,11 @@ def judge(report: RowReport, metric: Metric, c: Span, b: Span, thresholds: Thres
         return
     worse = (change < 0) == metric.higher_is_better
     unit = f"× {REFERENCE}" if ratio else metric.unit
-    message = (f"{metric.label} {b.mid:.3g} → {c.mid:.3g} {unit} ({change:+.0%}), beyond {threshold:.0%} and the runs' "
-               f"spreads ({b.lo:.3g}–{b.hi:.3g} then, {c.lo:.3g}–{c.hi:.3g} now)")  # fmt: skip
+    spreads = (f"the runs' spreads ({b.lo:.3g}–{b.hi:.3g} then, {c.lo:.3g}–{c.hi:.3g} now)"
+               if b.lo < b.hi or c.lo < c.hi else "no spread measured")  # fmt: skip
+    message = f"{metric.label} {b.mid:.3g} → {c.mid:.3g} {unit} ({change:+.0%}), beyond {threshold:.0%}; {spreads}"
     kind = "regression" if worse else "improvement"
-    report.findings.append(Finding(report.runner, kind, metric.name, message, b.mid, c.mid, change))
+    report.findings.append(Finding(report.runner, kind, metric.name, message, metric.label, b.mid, c.mid, change))
 
 
 # ---- repeats --------------------------------------------------------------------------------------------------------
@@ -453,7 +459,7 @@ def verdict(report: Report) -> str:
     """The one-line verdict."""
     regressions, improvements = report.findings("regression"), report.findings("improvement")
     if regressions:
-        listed = ", ".join(f"{f.runner} {METRIC[f.subject].label if f.subject in METRIC else f.subject}" for f in regressions[:6])
+        listed = ", ".join(f"{f.runner} {f.label or f.subject}" for f in regressions[:6])
         more = f" and {len(regressions) - 6} more" if len(regressions) > 6 else ""
         return f"[bold red]FAIL[/]: {len(regressions)} regression(s): {listed}{more}"
     rows = sum(1 for c in report.comparisons for r in c.rows if r.verdict != "new")

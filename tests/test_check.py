@@ -140,6 +140,21 @@ def test_a_row_that_became_skipped_fails_and_one_that_stays_failed_does_not(tmp_
     assert compare(tmp_path, run(row(REFERENCE), row("transformers-compiled", status="failed")), base).passed
 
 
+def test_a_row_that_now_runs_is_an_improvement_unless_it_is_wrong(tmp_path):
+    base = run(row(REFERENCE), row("transformers-compiled", status="failed"))
+    assert compare(tmp_path, run(*baseline_rows()), base).findings("improvement")
+    wrong = planted(lambda rows: setattr(rows["transformers-compiled"], "distance", 1.0))
+    assert regressions(compare(tmp_path, wrong, base)) == {("transformers-compiled", "distance")}
+
+
+def test_a_row_no_longer_compared_with_the_reference_fails(tmp_path):
+    uncompared = planted(lambda rows: setattr(rows["transformers-compiled"], "distance", None))
+    uncompared.rows[1].notes.append("not compared: this engine exposes no logits")
+    report = compare(tmp_path, uncompared)
+    assert regressions(report) == {("transformers-compiled", "distance")}
+    assert "this engine exposes no logits" in report.findings("regression")[0].message
+
+
 def test_a_vanished_row_fails(tmp_path):
     report = compare(tmp_path, run(row(REFERENCE)))
     assert regressions(report) == {("transformers-compiled", "row")}

@@ -35,10 +35,13 @@ class Thresholds:
     memory: float = 0.20  # relative change of peak memory that counts
 
 
-# The CI gate's thresholds, wide because CI compares quick runs on a shared 2-core machine with a baseline from
-# another one: over repeated `gate`-profile runs on such a machine the better-of-two ratios to the reference moved
-# by up to ~15% (TTFT and load time the most), so 30% leaves room for noise and still catches a row that got a
-# third slower; memory ratios moved a few percent. A wrong answer is caught by the distance whatever these are.
+# The CI gate's thresholds, wide because the gate runs short suites on a shared 2-core machine. Measured there (load
+# 6-10 from other work): single `gate` suites put transformers' decode anywhere in 13-180 tok/s and the compiled row's
+# ratio to it in 0.45-1.9, which no threshold absorbs; so the gate also leans on the spread rule (a disturbed run has
+# a wide spread), the better of repeats, and retries (.ci/gate). Between the better suites, ratios moved up to ~25%
+# (decode 1.57 vs 1.94, TTFT the most), hence 30%: a row that got a third slower than the reference still fails.
+# Memory ratios held to 0.1%, except that the compiled row's peak includes inductor's compile workers when its cache
+# is cold (0.58 vs 0.92 GiB): a warm retry and the better of tries absorb that, and 30% keeps room for other builds.
 GATE_THRESHOLDS = Thresholds(speed=0.30, memory=0.30)
 
 # The largest distance from the reference that is not a wrong answer, by dtype. f32: the project's correctness bar.
@@ -252,7 +255,7 @@ def compare_runs(cand_path: Path, cand: ResultFile, base_path: Path, base: Resul
                  force_ratios: bool = False) -> Comparison:  # fmt: skip
     check_comparable(cand, base, f"{cand_path} vs {base_path}")
     differ = machine_difference(cand, base)
-    why = "--ratios" if force_ratios else (f"machines differ: {differ}" if differ else None)
+    why = "; ".join(w for w in ("--ratios" if force_ratios else "", f"machines differ: {differ}" if differ else "") if w) or None
     comparison = Comparison(cand.model, run_info(cand_path, cand), run_info(base_path, base), why is not None, why)
     if not cand.complete:
         comparison.notes.append("the candidate run is incomplete (interrupted or still running)")

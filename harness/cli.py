@@ -128,22 +128,12 @@ def summary_table(rows: list[Row]) -> Table:
 
 
 def main() -> None:
+    """Click handles its own usage errors; a UserError becomes one line and exit status 1."""
     try:
-        app(standalone_mode=False)
+        app()
     except UserError as e:
         console.print(f"[red]error:[/] {e}", highlight=False, soft_wrap=True)
         sys.exit(1)
-    except typer.Exit as e:
-        sys.exit(e.exit_code)
-    except (typer.Abort, KeyboardInterrupt):
-        sys.exit(130)
-    except Exception as e:  # click's usage errors (bad option, missing argument) are user errors too
-        import click
-
-        if isinstance(e, click.ClickException):
-            e.show()
-            sys.exit(e.exit_code)
-        raise
 
 
 if __name__ == "__main__":

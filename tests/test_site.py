@@ -5,9 +5,7 @@ from __future__ import annotations
 
 import html
 import json
-import os
 import re
-import shutil
 import subprocess
 import sys
 from html.parser import HTMLParser
@@ -65,7 +63,7 @@ class Node:
 
 
 class Tree(HTMLParser):
-    VOID = {"meta", "link", "br", "img", "input", "hr", "source", "wbr"}
+    VOID = frozenset({"meta", "link", "br", "img", "input", "hr", "source", "wbr"})
 
     def __init__(self, text):
         super().__init__(convert_charrefs=True)
@@ -144,7 +142,12 @@ def test_the_page_has_the_published_header_machine_and_versions(published_tree):
     # The registry counts 494.0M parameters (the published page says 494.5M): the count is the registry's, not ours.
     assert facts[0].endswith("M parameters")
     assert "".join(facts[1:]) == PAGE[7].split("parameters", 1)[1]
-    assert [a.text() for a in next(tree.root.find_all("ul", "links")).find_all("a")] == ["Hugging Face", "GitHub", "arXiv", "Registry entry"]
+    assert [a.text() for a in next(tree.root.find_all("ul", "links")).find_all("a")] == [
+        "Hugging Face",
+        "GitHub",
+        "arXiv",
+        "Registry entry",
+    ]
     assert next(tree.root.find_all("p", "machine-line")).text() == PAGE[10]
     assert next(tree.root.find_all("p", "versions")).text() == PAGE[12]
     assert "synthetic weights" not in text  # the transcription names a checkpoint directory
@@ -194,8 +197,13 @@ def test_memory_rows_whose_figure_is_a_setting_are_listed_not_drawn(published_tr
     assert f"Peak GPU memory {head}" in text
     listed = re.search(r"Not drawn, since theirs is a setting rather than a need: (.*) \(in the table\)\.", text)
     # "transformers, batched" holds a comma: split on the names the published page lists
-    published_names = sorted(re.findall(r"vLLM on Linnet's export|Triton, vLLM backend|transformers, batched|vLLM", names))
-    assert sorted(re.findall(r"vLLM on Linnet's export|Triton, vLLM backend|transformers, batched|vLLM", listed[1])) == published_names
+    published_names = sorted(
+        re.findall(r"vLLM on Linnet's export|Triton, vLLM backend|transformers, batched|vLLM", names)
+    )
+    assert (
+        sorted(re.findall(r"vLLM on Linnet's export|Triton, vLLM backend|transformers, batched|vLLM", listed[1]))
+        == published_names
+    )
     bar = figure["data"][0]
     labels = [html.unescape(label).replace("\u200b", "") for label in bar["y"][1]]
     drawn = "".join(label + html.unescape(text) for label, text in zip(labels, bar["text"]))
@@ -210,7 +218,9 @@ def test_the_comparisons_are_the_renderers_arithmetic(tmp_path):
     vllm.metrics["decode_tok_s"] = 527.5  # 1055 / 527.5 = 2.00; 510 / 527.5 = 0.967
     result.rows = [r for r in result.rows if r.runner != "kerashub"]
     tree = model_tree(render(tmp_path, result))
-    cards = {next(c.find_all("h3")).text(): next(c.find_all("strong")).text() for c in tree.root.find_all("article", "card")}
+    cards = {
+        next(c.find_all("h3")).text(): next(c.find_all("strong")).text() for c in tree.root.find_all("article", "card")
+    }
     assert cards["vs vLLM, one request"] == "2.00× faster"
     assert cards["exported to vLLM, SGLang, TGI"] == "−3.3% slower"
     assert "vs KerasHub, in JAX" not in cards
@@ -223,7 +233,12 @@ def test_ratio_and_number_formatting():
     assert [numbers.figure(v) for v in (12.4, 7.03, 10.0, 0.8, 0.83, 93.2, 188.8, 1055, 34643, 99.96, 0.0042)] == [
         "12.4", "7.03", "10.0", "0.80", "0.83", "93.2", "189", "1,055", "34,643", "100", "0.0042"]  # fmt: skip
     assert numbers.with_unit(1.87, "GiB") == "1.87 GiB" and numbers.with_unit(None, "ms") == "–"
-    assert [numbers.times(r) for r in (1055 / 707, 908.4 / 188.8, 24211 / 2157, 108 / 188.8)] == ["1.49×", "4.81×", "11×", "0.57×"]
+    assert [numbers.times(r) for r in (1055 / 707, 908.4 / 188.8, 24211 / 2157, 108 / 188.8)] == [
+        "1.49×",
+        "4.81×",
+        "11×",
+        "0.57×",
+    ]
     assert [numbers.change(r) for r in (510 / 707, 26248 / 18828)] == ["−27.9%", "+39.4%"]
     assert numbers.distance(0.25) == "0.25" and numbers.distance(None) == "not compared"
 
@@ -237,7 +252,8 @@ def hostile() -> ResultFile:
     row.label = "<b>bold</b> & co"
     row.notes = ['<script>window.pwned = 1</script><img src=x onerror="window.pwned = 2">']
     result.rows.append(Row(runner="linnet-torch", label="Linnet, generated PyTorch", group="PyTorch", status="failed",
-                           reason="Traceback (most recent call last):\n  <script>window.pwned = 3</script>\nValueError: boom"))  # fmt: skip
+                           reason="Traceback (most recent call last):\n  <script>window.pwned = 3</script>\n"
+                                  "ValueError: boom"))  # fmt: skip
     return result
 
 
@@ -257,18 +273,21 @@ def test_text_from_result_files_is_escaped(tmp_path):
 def tiny_run(run_id: str, decode: float, created_at: str | None = None) -> ResultFile:
     """A qwen2-tiny run on a CPU with spreads, as the harness writes one."""
     machine = {"cpu": "AMD EPYC", "cpu_cores": 2, "versions": {"python": "3.11.7", "torch": "2.13.0+cpu"}}
+
     def metrics(scale):  # fmt: skip
         return {"ttft_ms": 30.9 * scale, "ttft_ms_min": 20.6 * scale, "ttft_ms_max": 41.1 * scale,
                 "decode_tok_s": decode / scale, "decode_tok_s_min": decode / scale * 0.9,
                 "decode_tok_s_max": decode / scale * 1.1, "load_s": 4.06, "first_call_s": 0.25 * scale, "runs": 2,
                 "peak_mem_gib": 0.39 * scale, "mem_kind": "host"}  # fmt: skip
+
     return ResultFile(
         schema_version=1, model="qwen2-tiny", run_id=run_id,
         created_at=created_at or f"{run_id[:4]}-{run_id[4:6]}-{run_id[6:8]}T{run_id[9:11]}:{run_id[11:13]}:00+00:00",
         machine=machine, workload={"prompt_tokens": 32, "new_tokens": 8, "batch": 1, "warmups": 1, "runs": 2},
         protocol={"profile": "quick", "dtype": "f32", "device": "cpu"}, weights="synthetic",
         rows=[
-            Row(runner="transformers", label="transformers", group="PyTorch", status="ok", distance=0.0, metrics=metrics(1)),
+            Row(runner="transformers", label="transformers", group="PyTorch", status="ok", distance=0.0,
+                metrics=metrics(1)),
             Row(runner="transformers-compiled", label="transformers, compiled", group="PyTorch", status="ok",
                 distance=1.6e-5, notes=["static cache of 256 positions"], metrics=metrics(0.5)),
             Row(runner="linnet-jax", label="Linnet, XLA (generated JAX)", group="JAX", status="skipped",
@@ -293,7 +312,10 @@ def test_hover_shows_the_spread_and_runs_and_load_shows_first_call(tmp_path):
     ttft = figs["Time to first token"]["data"][0]["hovertext"][0]
     assert "30.9 ms, median of 2 runs" in ttft and "min–max 20.6–41.1 ms" in ttft
     assert "first call 0.25 s" in figs["Load time"]["data"][0]["hovertext"][0]
-    header = [th.text() for th in next(model_tree(tmp_path / "site", "qwen2-tiny").root.find_all("table", "numbers")).find_all("th")]
+    header = [
+        th.text()
+        for th in next(model_tree(tmp_path / "site", "qwen2-tiny").root.find_all("table", "numbers")).find_all("th")
+    ]
     assert header.index("First call") == header.index("Load time") + 1
 
 
@@ -313,7 +335,9 @@ def test_raw_files_are_copied_and_linked_and_several_runs_draw_a_history(tmp_pat
 
 
 def test_the_index_lists_every_model_with_its_latest_run(tmp_path):
-    site = render(tmp_path, PUBLISHED, tiny_run("20261201T100000Z", decode=80.0), tiny_run("20261202T100000Z", decode=100.0))
+    site = render(
+        tmp_path, PUBLISHED, tiny_run("20261201T100000Z", decode=80.0), tiny_run("20261202T100000Z", decode=100.0)
+    )
     index = Tree((site / "index.html").read_text()).root
     entries = {next(e.find_all("h2")).text(): e.text() for e in index.find_all("article", "model-entry")}
     assert set(entries) == {"Qwen2.5 0.5B Instruct qwen2.5-0.5b-instruct", "Qwen2 tiny qwen2-tiny"}
@@ -329,14 +353,27 @@ def test_the_index_lists_every_model_with_its_latest_run(tmp_path):
 
 def test_the_cli_renders_and_refuses_a_missing_directory_in_one_line(tmp_path):
     write_result(published(), tmp_path / "results" / "qwen2.5-0.5b-instruct" / "r.json")
-    cli = [sys.executable, "-m", "harness.cli", "site", "--results", str(tmp_path / "results"), "--out", str(tmp_path / "out")]
+    cli = [
+        sys.executable,
+        "-m",
+        "harness.cli",
+        "site",
+        "--results",
+        str(tmp_path / "results"),
+        "--out",
+        str(tmp_path / "out"),
+    ]
     done = subprocess.run(cli, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert (tmp_path / "out" / "models" / "qwen2.5-0.5b-instruct.html").exists()
     assert (tmp_path / "out" / "assets" / "plotly.min.js").stat().st_size > 1_000_000
     cli[cli.index("--results") + 1] = str(tmp_path / "nowhere")
     done = subprocess.run(cli, capture_output=True, text=True, timeout=120)
-    assert done.returncode == 1 and len(done.stdout.strip().splitlines()) == 1 and "no such results directory" in done.stdout
+    assert (
+        done.returncode == 1
+        and len(done.stdout.strip().splitlines()) == 1
+        and "no such results directory" in done.stdout
+    )
     with pytest.raises(UserError, match="malformed result file"):
         (tmp_path / "results" / "qwen2.5-0.5b-instruct" / "bad.json").write_text('{"schema_version": 1}')
         build_site(tmp_path / "results", tmp_path / "out")
@@ -350,9 +387,21 @@ TICKS_TOP_DOWN = """id => Array.from(document.getElementById(id).querySelectorAl
     .sort((a, b) => a[0] - b[0]).map(pair => pair[1])"""
 
 
+def visit(browser, path: Path):
+    """Opens a page from disk; returns it with the console errors and the URLs it requests, as they come."""
+    page = browser.new_page(viewport={"width": 1280, "height": 900})
+    errors, requests = [], []
+    page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.on("request", lambda r: requests.append(r.url))
+    page.goto(path.as_uri())
+    page.wait_for_load_state("load")
+    return page, errors, requests
+
+
 def test_the_pages_draw_every_chart_offline_in_chromium(tmp_path):
     """Chromium opens every generated page from disk: every chart drawn, no console error, no request off disk,
-    nothing injected by a hostile result file; a screenshot of each page is kept under tmp_path."""
+    nothing injected by a hostile result file, hover text with the spread; a screenshot of each page is kept."""
     if not Path(CHROMIUM).exists():
         pytest.fail(f"{CHROMIUM} is missing: run `make browser` (Debian's chromium package) before the tests")
     from playwright.sync_api import sync_playwright
@@ -363,29 +412,32 @@ def test_the_pages_draw_every_chart_offline_in_chromium(tmp_path):
         browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         try:
             for path in pages:
-                page = browser.new_page(viewport={"width": 1280, "height": 900})
-                errors, requests = [], []
-                page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
-                page.on("pageerror", lambda e: errors.append(str(e)))
-                page.on("request", lambda r: requests.append(r.url))
-                page.goto(path.as_uri())
-                page.wait_for_load_state("load")
+                page, errors, requests = visit(browser, path)
                 charts = page.locator("div.chart")
+                assert charts.count() == page.locator("script[type='application/json']").count()
                 for i in range(charts.count()):
                     chart = charts.nth(i)
                     chart.locator("svg.main-svg").first.wait_for(timeout=10_000)
-                    drawn = chart.locator("g.trace path, g.trace .point path").count()
+                    drawn = chart.locator("g.trace path").count()
                     assert drawn > 0, f"{path.name}: chart {chart.get_attribute('id')} drew nothing"
-                assert errors == [], f"{path.name}: {errors}"
-                assert all(url.startswith("file://") for url in requests), requests
-                assert page.evaluate("window.pwned") is None
-                page.screenshot(path=str(tmp_path / f"{path.stem}.png"), full_page=True)
                 if path.stem == "qwen2.5-0.5b-instruct":
                     assert charts.count() == 6
                     assert page.locator("#chart-0-ttft_ms g.trace.bars .point").count() == 17
                     # plotly keeps the rows' order, "vLLM" of the serving section among its own rows
                     shown = page.evaluate(TICKS_TOP_DOWN, "chart-0-load_s")
                     assert shown == [r.label for r in published().rows], shown
+                if path.stem == "qwen2-tiny":
+                    assert page.locator("div.chart[id^='history-']").count() == 2  # decode speed, time to first token
+                    box = page.locator("#chart-0-ttft_ms g.trace.bars .point path").first.bounding_box()
+                    page.mouse.move(
+                        box["x"] + box["width"] / 2, box["y"] + box["height"] / 2
+                    )  # plotly's drag layer is on top
+                    hover = page.locator("#chart-0-ttft_ms .hoverlayer .hovertext").text_content(timeout=5_000)
+                    assert "median of 2 runs" in hover and "min–max" in hover, hover
+                page.screenshot(path=str(tmp_path / f"{path.stem}.png"), full_page=True)
+                assert errors == [], f"{path.name}: {errors}"
+                assert all(url.startswith("file://") for url in requests), requests
+                assert page.evaluate("window.pwned") is None
                 page.close()
         finally:
             browser.close()

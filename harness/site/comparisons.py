@@ -21,6 +21,10 @@ class Metric:
     worse: str = "slower"  # ... and below 1
 
     @property
+    def direction(self) -> str:
+        return "higher is better" if self.higher_is_better else "lower is better"
+
+    @property
     def name(self) -> str:
         """The title in running text: "decode speed"."""
         return self.title[0].lower() + self.title[1:]
@@ -79,7 +83,7 @@ class Comparison:
 
     @property
     def verdict(self) -> str:
-        """"1.49× faster", "0.57× the speed", "−27.9% slower"."""
+        """The card's headline: "1.49× faster", "0.57× (slower)", "−27.9% slower"."""
         if self.as_change:
             return f"{numbers.change(self.ratio)} {self.metric.better if self.ratio >= 1 else self.metric.worse}"
         if self.ratio >= 1:

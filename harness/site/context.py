@@ -60,7 +60,9 @@ def load_context(results_dir: Path) -> SiteContext:
         per_model.setdefault(run.result.model, []).append(run)
     models = [ModelRuns(model, registry_entry(model), tuple(model_runs)) for model, model_runs in per_model.items()]
     order = list(MODELS)
-    return SiteContext(tuple(sorted(models, key=lambda m: (order.index(m.entry.id) if m.entry else len(order), m.model))))
+    return SiteContext(
+        tuple(sorted(models, key=lambda m: (order.index(m.entry.id) if m.entry else len(order), m.model)))
+    )
 
 
 def registry_entry(model: str) -> ModelEntry | None:

@@ -35,7 +35,7 @@ def with_unit(value: float | None, unit: str) -> str:
 
 
 def spread(low: float | None, high: float | None, unit: str) -> str | None:
-    """"12.1–12.9 ms", or None when the spread was not kept."""
+    """The min–max spread, "12.1–12.9 ms"; None when it was not kept."""
     if low is None or high is None:
         return None
     return f"{figure(low)}–{figure(high)} {unit}"
@@ -66,7 +66,7 @@ def parameters(count: int) -> str:
 
 
 def count(n: int, word: str) -> str:
-    """"1 warm-up", "3 warm-ups"."""
+    """A count and its noun: "1 warm-up", "3 warm-ups"."""
     return f"{n} {word}" if n == 1 else f"{n} {word}s"
 
 

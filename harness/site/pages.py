@@ -1,6 +1,7 @@
 """The page objects: plain view models built from the loaded context, holding only text, links and figures, so the
 templates hold no computation. A model page shows, for each machine, its latest run: the machine and protocol,
-the headline cards, one chart per metric, every number, what was not measured, and the history of the runs."""
+the headline cards, one chart per metric (charts.py), every number and what was not measured (table.py), and the
+history of the runs; the index shows every model's latest runs with their headline figures."""
 
 from __future__ import annotations
 
@@ -8,18 +9,21 @@ import re
 from dataclasses import dataclass
 
 from harness.registry import ModelEntry
-from harness.results import ResultFile, Row
+from harness.results import ResultFile
 from harness.site import numbers
-from harness.site.charts import Bar, Series, bar_figure, history_figure
-from harness.site.comparisons import (
-    CARDS, CHARTED, DECODE, FIRST_CALL, LOAD, MEMORY, SERVING, TABLED, TTFT, Metric, against_peer, best_row, headline,
-)  # fmt: skip
+from harness.site.charts import ChartView, history_charts, metric_chart, metric_title
+from harness.site.comparisons import CARDS, CHARTED, DECODE, SERVING, TTFT, Comparison, best_row, headline
 from harness.site.context import LoadedRun, ModelRuns, machine_name
-from runners import GROUPS, REFERENCE
+from harness.site.table import Table, Unmeasured, numbers_table, unmeasured
+from runners import REFERENCE
 
 DATA_DIR = "data"  # raw result files are copied to OUT/data/<model>/<file>
-# A note that says the memory figure is a pool reserved up front (a setting), not what the model needed.
-SETTING_NOTE = re.compile(r"reserves .*pool|cache pool at")
+# The index's figures of a run: the best row of each of these metrics.
+HEADLINE_FIGURES = (
+    ("fastest decode", DECODE),
+    ("lowest time to first token", TTFT),
+    ("best serving throughput", SERVING),
+)
 # Package versions worth naming first, in the published page's order, with the names people know them by.
 VERSION_NAMES = {
     "linnet": "Linnet", "torch": "PyTorch", "jax": "JAX", "transformers": "transformers", "diffusers": "diffusers",
@@ -49,47 +53,6 @@ class CardView:
     metric: str  # "decode speed"
     wins: bool  # Linnet's side is ahead
     bars: tuple[CardBar, CardBar]  # Linnet's side, then the other
-
-
-@dataclass(frozen=True)
-class ChartView:
-    id: str  # the chart's element id
-    title: str  # "Time to first token"
-    description: str  # unit, which way is better, which rows are not drawn
-    figure: dict  # plotly data, layout and config
-    bars: tuple[Bar, ...] = ()  # what is drawn (for a metric chart)
-
-
-@dataclass(frozen=True)
-class Cell:
-    text: str
-    hint: str | None = None  # shown on hover: spread and number of runs
-    extra: bool = False  # beyond the published page's columns
-
-
-@dataclass(frozen=True)
-class TableSection:
-    name: str  # the page section, e.g. "PyTorch"
-    rows: tuple[tuple[Cell, ...], ...]
-
-
-@dataclass(frozen=True)
-class Table:
-    headers: tuple[Cell, ...]
-    sections: tuple[TableSection, ...]
-
-    @property
-    def width(self) -> int:
-        return len(self.headers)
-
-
-@dataclass(frozen=True)
-class Unmeasured:
-    label: str  # the row's name
-    group: str  # its section
-    status: str  # "skipped" or "failed"
-    reason: str  # the first line of the reason
-    detail: str | None  # the whole reason when it is longer (a failed child's stderr)
 
 
 @dataclass(frozen=True)
@@ -191,12 +154,15 @@ def registry_facts(entry: ModelEntry) -> tuple[tuple[str, str], ...]:
 
 
 def run_view(run: LoadedRun, machine_runs: tuple[LoadedRun, ...], index: int) -> RunView:
+    """The page's section for one machine: its latest run, with the history of all its runs."""
     result = run.result
     rows = result.rows
     comparisons = [(card, headline(card, rows)) for card in CARDS]
-    left_out = [card.title for card, c in comparisons if c is None]
+    not_compared = "; ".join(card.title for card, c in comparisons if c is None)
     charts = [chart for metric in CHARTED if (chart := metric_chart(metric, result, f"chart-{index}-{metric.key}"))]
-    not_charted = [metric_title(m, rows) for m in CHARTED if not any(m.value(r) is not None for r in rows)]
+    unmeasured_metrics = [m for m in CHARTED if all(m.value(r) is None for r in rows)]
+    not_charted = ", ".join(metric_title(m, rows).lower() for m in unmeasured_metrics)
+    every_run = [Link(f"{r.result.created_at} ({r.path.name})", f"../{data_file(r)}") for r in reversed(machine_runs)]
     return RunView(
         anchor=run_anchor(result),
         machine=run.machine,
@@ -207,21 +173,22 @@ def run_view(run: LoadedRun, machine_runs: tuple[LoadedRun, ...], index: int) ->
         complete=result.complete,
         download=Link(run.path.name, f"../{data_file(run)}"),
         cards=tuple(card_view(card.title, c) for card, c in comparisons if c is not None),
-        cards_left_out=f"Not shown, since their rows were not measured in this run: {'; '.join(left_out)}."
-        if left_out else None,
+        cards_left_out=f"Not shown, since their rows were not measured in this run: {not_compared}."
+        if not_compared
+        else None,
         distance_note=distance_note(result),
         charts=tuple(charts),
-        charts_left_out=f"No row measured {', '.join(t.lower() for t in not_charted)}." if not_charted else None,
+        charts_left_out=f"No row measured {not_charted}." if not_charted else None,
         table=numbers_table(result),
         unmeasured=tuple(unmeasured(r) for r in rows if r.status != "ok"),
         history=history_charts(machine_runs, index),
-        earlier=tuple(Link(f"{r.result.created_at} ({r.path.name})", f"../{data_file(r)}") for r in reversed(machine_runs))
-        if len(machine_runs) > 1 else (),
-    )  # fmt: skip
+        earlier=tuple(every_run) if len(every_run) > 1 else (),
+    )
 
 
 def machine_line(result: ResultFile) -> str:
-    """"NVIDIA H100 80GB HBM3 · 512 prompt tokens, 128 new · batch 1 · median of 10 runs after 3 warm-ups · measured …"."""
+    """The machine and protocol: "NVIDIA H100 80GB HBM3 · 512 prompt tokens, 128 new · batch 1 · median of 10 runs
+    after 3 warm-ups · measured 2026-09-28T17:31:05+00:00"."""
     w = result.workload
     return " · ".join([
         machine_name(result),
@@ -234,12 +201,17 @@ def machine_line(result: ResultFile) -> str:
 
 def setup_line(result: ResultFile) -> str:
     p = result.protocol
-    weights = "synthetic weights (seeded, of the model's exact shapes)" if result.weights == "synthetic" else f"weights from {result.weights}"
+    weights = (
+        "synthetic weights (seeded, of the model's exact shapes)"
+        if result.weights == "synthetic"
+        else f"weights from {result.weights}"
+    )
     return f"profile {p.get('profile', '?')} · {p.get('dtype', '?')} on {p.get('device', '?')} · {weights}"
 
 
 def versions_line(result: ResultFile) -> str:
-    """"Linnet 0.1.0, PyTorch 2.14.0, …, Python 3.12.3, driver 580.126.09": known stacks first, then the rest."""
+    """Package versions, known stacks first, then the rest, Python and the driver: "Linnet 0.1.0, PyTorch 2.14.0, …,
+    Python 3.12.3, driver 580.126.09"."""
     versions = dict(result.machine.get("versions", {}))
     python = versions.pop("python", None)
     known = [f"{name} {versions.pop(key)}" for key, name in VERSION_NAMES.items() if key in versions]
@@ -250,7 +222,7 @@ def versions_line(result: ResultFile) -> str:
     return ", ".join(parts)
 
 
-def card_view(title: str, comparison) -> CardView:
+def card_view(title: str, comparison: Comparison) -> CardView:
     ours, theirs, metric = comparison.ours, comparison.theirs, comparison.metric
     values = (metric.value(ours), metric.value(theirs))
     top = max(values)
@@ -268,146 +240,12 @@ def distance_note(result: ResultFile) -> str:
         "Each row also carries its distance from reference: the largest absolute difference between its logits and "
         f"those of {reference} (the reference) on the same input, through the cache path. "
     )
+    why = "it is there so that a fast wrong answer cannot look like a win."
     if dtype == "f32":
-        return text + "In f32 a correct path stays within about 1e-4; it is there so that a fast wrong answer cannot look like a win."
-    return text + (
-        f"{dtype} outputs differ by rounding (about 0.1 on logits near 16), so a small number is expected; "
-        "it is there so that a fast wrong answer cannot look like a win."
-    )
-
-
-# ----- charts -----
-
-
-def memory_kind(rows: list[Row]) -> str:
-    """"gpu" when any row's memory was read from the driver, else "host" (the child's peak RSS)."""
-    return "gpu" if any(r.metrics.get("mem_kind") == "gpu" for r in rows) else "host"
-
-
-def metric_title(metric: Metric, rows: list[Row]) -> str:
-    if metric is MEMORY:
-        return "Peak GPU memory" if memory_kind(rows) == "gpu" else "Peak host memory"
-    return metric.title
-
-
-def memory_is_setting(row: Row) -> bool:
-    """An engine that reserves a pool up front reports its pool: a setting, not what the model needs."""
-    return bool(row.metrics.get("mem_is_setting")) or any(SETTING_NOTE.search(note) for note in row.notes)
-
-
-def in_page_order(rows: list[Row]) -> list[Row]:
-    """Rows by section in GROUPS order (unknown sections last), keeping the result file's order within one."""
-    rank = {g: i for i, g in enumerate(GROUPS)}
-    return sorted(rows, key=lambda r: rank.get(r.group, len(GROUPS)))
-
-
-def metric_chart(metric: Metric, result: ResultFile, chart_id: str) -> ChartView | None:
-    rows = [r for r in in_page_order(result.rows) if metric.value(r) is not None]
-    if not rows:
-        return None
-    hidden = [r for r in rows if metric is MEMORY and memory_is_setting(r)]
-    drawn = [r for r in rows if r not in hidden]
-    best = best_row(drawn, metric)
-    bars = [
-        Bar(r.group, r.label, metric.value(r), numbers.with_unit(metric.value(r), metric.unit),
-            hover_lines(r, metric, result), r is best)
-        for r in drawn
-    ]  # fmt: skip
-    better = "higher" if metric.higher_is_better else "lower"
-    description = f"{metric.unit}, {better} is better; the best bar is red."
-    if metric is MEMORY:
-        description = memory_description(memory_kind(result.rows), hidden)
-    return ChartView(chart_id, metric_title(metric, result.rows), description, bar_figure(bars, metric.unit), tuple(bars))
-
-
-def memory_description(kind: str, hidden: list[Row]) -> str:
-    if kind == "gpu":
-        text = "What the driver reports the process holding at its peak, in GiB; lower is better; the best bar is red."
-    else:
-        text = "The process's peak resident memory (RSS), sampled from outside, in GiB; lower is better; the best bar is red."
-    if hidden:
-        names = ", ".join(r.label for r in hidden)
-        text += f" Not drawn, since theirs is a setting rather than a need: {names} (in the table)."
-    return text
-
-
-def hover_lines(row: Row, metric: Metric, result: ResultFile) -> tuple[str, ...]:
-    """The bar's label, its figure and how it was measured, the min–max spread, and first-call time beside load."""
-    m = row.metrics
-    lines = [f"{row.label} ({row.group})", numbers.with_unit(metric.value(row), metric.unit)]
-    if metric in (TTFT, DECODE):
-        runs = m.get("runs", result.workload.get("runs"))
-        lines[-1] += f", median of {numbers.count(runs, 'run')}" if runs else ""
-    if (low_high := numbers.spread(m.get(f"{metric.key}_min"), m.get(f"{metric.key}_max"), metric.unit)) :
-        lines.append(f"min–max {low_high}")
-    if metric is LOAD and FIRST_CALL.value(row) is not None:
-        lines.append(f"first call {numbers.with_unit(FIRST_CALL.value(row), FIRST_CALL.unit)}")
-    return tuple(lines)
-
-
-def history_charts(runs: tuple[LoadedRun, ...], index: int) -> tuple[ChartView, ...]:
-    """Decode speed and serving throughput of every row over the runs on one machine; none for a single run."""
-    if len(runs) < 2:
-        return ()
-    charts = []
-    for metric in (DECODE, SERVING, TTFT):
-        series = history_series(runs, metric)
-        if series:
-            charts.append(ChartView(f"history-{index}-{metric.key}", f"{metric.title} over time",
-                                    f"{metric.unit}, {'higher' if metric.higher_is_better else 'lower'} is better; "
-                                    f"one line per row, over the {len(runs)} runs on this machine.",
-                                    history_figure(series, metric.unit)))  # fmt: skip
-    return tuple(charts)
-
-
-def history_series(runs: tuple[LoadedRun, ...], metric: Metric) -> list[Series]:
-    points: dict[tuple[str, str], list[tuple[str, float]]] = {}
-    for run in runs:
-        for row in in_page_order(run.result.rows):
-            if (value := metric.value(row)) is not None:
-                points.setdefault((row.group, row.label), []).append((run.result.created_at, value))
-    labels = [label for _, label in points]
-    return [
-        Series(label if labels.count(label) == 1 else f"{label} ({group})", tuple(d for d, _ in p),
-               tuple(v for _, v in p), tuple(numbers.with_unit(v, metric.unit) for _, v in p))
-        for (group, label), p in points.items()
-    ]  # fmt: skip
-
-
-# ----- the table -----
-
-
-def numbers_table(result: ResultFile) -> Table:
-    rows = result.rows
-    headers = (Cell("Method"), *(Cell(metric_title(m, rows), extra=m is FIRST_CALL) for m in TABLED),
-               Cell("Against the stack it replaces"), Cell("Distance from reference"), Cell("Notes"))  # fmt: skip
-    measured = [r for r in in_page_order(rows) if r.status == "ok"]
-    sections = []
-    for group in dict.fromkeys(r.group for r in measured):
-        sections.append(TableSection(group, tuple(table_row(r, result) for r in measured if r.group == group)))
-    return Table(headers, tuple(sections))
-
-
-def table_row(row: Row, result: ResultFile) -> tuple[Cell, ...]:
-    comparison = against_peer(row, result.rows)
-    distance = "0 (the reference)" if row.runner == REFERENCE and row.distance == 0 else numbers.distance(row.distance)
-    if row.distance is None and row.runner == REFERENCE:
-        distance = "the reference"
+        return f"{text}In f32 a correct path stays within about 1e-4; {why}"
     return (
-        Cell(row.label),
-        *(Cell(numbers.with_unit(m.value(row), m.unit), hint=" · ".join(hover_lines(row, m, result)[1:]) or None,
-               extra=m is FIRST_CALL) if m.value(row) is not None else Cell(numbers.DASH, extra=m is FIRST_CALL)
-          for m in TABLED),
-        Cell(comparison.against_text if comparison else ""),
-        Cell(distance),
-        Cell("; ".join(row.notes)),
-    )  # fmt: skip
-
-
-def unmeasured(row: Row) -> Unmeasured:
-    reason = (row.reason or "no reason recorded").strip()
-    first, _, rest = reason.partition("\n")
-    return Unmeasured(row.label, row.group, row.status, first, reason if rest.strip() else None)
+        f"{text}{dtype} outputs differ by rounding (about 0.1 on logits near 16), so a small number is expected; {why}"
+    )
 
 
 # ----- the index -----
@@ -418,7 +256,7 @@ def index_entry(model: ModelRuns, page: ModelPage) -> IndexEntry:
     for machine, machine_runs in model.by_machine().items():
         result = machine_runs[-1].result
         figures = []
-        for what, metric in (("fastest decode", DECODE), ("lowest time to first token", TTFT), ("best serving throughput", SERVING)):
+        for what, metric in HEADLINE_FIGURES:
             if (row := best_row(result.rows, metric)) is not None:
                 figures.append((what, numbers.with_unit(metric.value(row), metric.unit), row.label))
         verdicts = tuple(f"{card.title}: {c.verdict}" for card in CARDS if (c := headline(card, result.rows)))

@@ -1,0 +1,78 @@
+"""The "Every number" table of a run, grouped by section, and the list of rows that were skipped or failed."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from harness.results import ResultFile, Row
+from harness.site import numbers
+from harness.site.charts import hover_lines, in_page_order, metric_title
+from harness.site.comparisons import FIRST_CALL, TABLED, against_peer
+from runners import REFERENCE
+
+
+@dataclass(frozen=True)
+class Cell:
+    text: str
+    hint: str | None = None  # shown on hover: spread and number of runs
+    extra: bool = False  # beyond the published page's columns
+
+
+@dataclass(frozen=True)
+class TableSection:
+    name: str  # the page section, e.g. "PyTorch"
+    rows: tuple[tuple[Cell, ...], ...]
+
+
+@dataclass(frozen=True)
+class Table:
+    headers: tuple[Cell, ...]
+    sections: tuple[TableSection, ...]
+
+    @property
+    def width(self) -> int:
+        return len(self.headers)
+
+
+@dataclass(frozen=True)
+class Unmeasured:
+    label: str  # the row's name
+    group: str  # its section
+    status: str  # "skipped" or "failed"
+    reason: str  # the reason in one line
+    detail: str | None  # the whole reason when it is longer (a failed child's stderr tail)
+
+
+def numbers_table(result: ResultFile) -> Table:
+    rows = result.rows
+    headers = (Cell("Method"), *(Cell(metric_title(m, rows), extra=m is FIRST_CALL) for m in TABLED),
+               Cell("Against the stack it replaces"), Cell("Distance from reference"), Cell("Notes"))  # fmt: skip
+    measured = [r for r in in_page_order(rows) if r.status == "ok"]
+    sections = []
+    for group in dict.fromkeys(r.group for r in measured):
+        sections.append(TableSection(group, tuple(table_row(r, result) for r in measured if r.group == group)))
+    return Table(headers, tuple(sections))
+
+
+def table_row(row: Row, result: ResultFile) -> tuple[Cell, ...]:
+    comparison = against_peer(row, result.rows)
+    distance = "0 (the reference)" if row.runner == REFERENCE and row.distance == 0 else numbers.distance(row.distance)
+    if row.distance is None and row.runner == REFERENCE:
+        distance = "the reference"
+    return (
+        Cell(row.label),
+        *(Cell(numbers.with_unit(m.value(row), m.unit), hint=" · ".join(hover_lines(row, m, result)[1:]) or None,
+               extra=m is FIRST_CALL) if m.value(row) is not None else Cell(numbers.DASH, extra=m is FIRST_CALL)
+          for m in TABLED),
+        Cell(comparison.against_text if comparison else ""),
+        Cell(distance),
+        Cell("; ".join(row.notes)),
+    )  # fmt: skip
+
+
+def unmeasured(row: Row) -> Unmeasured:
+    """A skipped row's reason is one line; a failed one's is a stderr tail, summed up by its last line (the error)."""
+    reason = (row.reason or "no reason recorded").strip()
+    lines = [line for line in reason.splitlines() if line.strip()]
+    summary = lines[-1].strip() if row.status == "failed" else lines[0]
+    return Unmeasured(row.label, row.group, row.status, summary, reason if len(lines) > 1 else None)

@@ -351,6 +351,15 @@ def test_the_index_lists_every_model_with_its_latest_run(tmp_path):
     assert "models/qwen2-tiny.html#run-20261202T100000Z" in hrefs
 
 
+def test_a_model_the_registry_no_longer_knows_still_gets_its_page(tmp_path):
+    result = tiny_run("20261202T100000Z", decode=100.0)
+    result.model = "retired-model"
+    tree = model_tree(render(tmp_path, result), "retired-model")
+    assert next(tree.root.find_all("h1")).text() == "retired-model"
+    assert "registry does not know" in tree.root.text() and "Registry entry" not in tree.root.text()
+    assert len(figures(tree)) == 4
+
+
 def test_the_cli_renders_and_refuses_a_missing_directory_in_one_line(tmp_path):
     write_result(published(), tmp_path / "results" / "qwen2.5-0.5b-instruct" / "r.json")
     cli = [

@@ -388,6 +388,14 @@ def test_the_cli_renders_and_refuses_a_missing_directory_in_one_line(tmp_path):
         build_site(tmp_path / "results", tmp_path / "out")
 
 
+def test_a_model_id_that_is_not_a_plain_name_is_refused(tmp_path):
+    result = tiny_run("20261202T100000Z", decode=100.0)
+    result.model = "../../outside"
+    write_result(result, tmp_path / "results" / "qwen2-tiny" / "r.json")
+    with pytest.raises(UserError, match="is not a plain name"):
+        build_site(tmp_path / "results", tmp_path / "site")
+
+
 # ----- in a real browser -----
 
 # The inner tick labels of a two-level axis, top to bottom, zero-width spaces removed.

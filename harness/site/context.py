@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
 from harness.registry import MODELS, ModelEntry, get_model
 from harness.results import ResultFile, load_result, result_paths
 from linnet_core.errors import UserError
+
+PLAIN_NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]*")  # a model id that is safe as a file name
 
 
 @dataclass(frozen=True)
@@ -57,6 +60,8 @@ def load_context(results_dir: Path) -> SiteContext:
     runs = sorted((LoadedRun(p, load_result(p)) for p in result_paths(results_dir)), key=lambda r: r.result.created_at)
     per_model: dict[str, list[LoadedRun]] = {}
     for run in runs:
+        if not PLAIN_NAME.fullmatch(run.result.model):  # it names files of the site
+            raise UserError(f"{run.path}: model {run.result.model!r} is not a plain name (letters, digits, . _ -)")
         per_model.setdefault(run.result.model, []).append(run)
     models = [ModelRuns(model, registry_entry(model), tuple(model_runs)) for model, model_runs in per_model.items()]
     order = list(MODELS)

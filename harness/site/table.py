@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from harness.results import ResultFile, Row
 from harness.site import numbers
 from harness.site.charts import hover_lines, in_page_order, metric_title
-from harness.site.comparisons import FIRST_CALL, TABLED, against_peer
+from harness.site.comparisons import FIRST_CALL, TABLED, Metric, against_peer
 from runners import REFERENCE
 
 
@@ -56,18 +56,26 @@ def numbers_table(result: ResultFile) -> Table:
 
 def table_row(row: Row, result: ResultFile) -> tuple[Cell, ...]:
     comparison = against_peer(row, result.rows)
-    distance = "0 (the reference)" if row.runner == REFERENCE and row.distance == 0 else numbers.distance(row.distance)
-    if row.distance is None and row.runner == REFERENCE:
-        distance = "the reference"
+    if row.runner == REFERENCE:
+        distance = "0 (the reference)" if row.distance == 0 else numbers.distance(row.distance) + " (the reference)"
+    else:
+        distance = numbers.distance(row.distance)
     return (
         Cell(row.label),
-        *(Cell(numbers.with_unit(m.value(row), m.unit), hint=" · ".join(hover_lines(row, m, result)[1:]) or None,
-               extra=m is FIRST_CALL) if m.value(row) is not None else Cell(numbers.DASH, extra=m is FIRST_CALL)
-          for m in TABLED),
+        *(metric_cell(row, m, result) for m in TABLED),
         Cell(comparison.against_text if comparison else ""),
         Cell(distance),
         Cell("; ".join(row.notes)),
-    )  # fmt: skip
+    )
+
+
+def metric_cell(row: Row, metric: Metric, result: ResultFile) -> Cell:
+    """The figure, or a dash; its hint is the chart's hover text without the row's name."""
+    value = metric.value(row)
+    if value is None:
+        return Cell(numbers.DASH, extra=metric is FIRST_CALL)
+    hint = " · ".join(hover_lines(row, metric, result)[1:])
+    return Cell(numbers.with_unit(value, metric.unit), hint=hint, extra=metric is FIRST_CALL)
 
 
 def unmeasured(row: Row) -> Unmeasured:

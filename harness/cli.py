@@ -75,6 +75,18 @@ def run(
     console.print(f"result file: {path}")
 
 
+@app.command("site")
+def site_command(
+    results: Path = typer.Option(Path("results"), help="the result files: RESULTS/<model>/<run-id>.json"),
+    out: Path = typer.Option(Path("site"), help="where the website goes: OUT/index.html, OUT/models/<model>.html"),
+) -> None:
+    """Render the result files as a static website that works offline (open OUT/index.html)."""
+    from harness.site import build_site
+
+    pages = build_site(results, out)
+    console.print(f"{len(pages)} page(s) written; open {pages[0]}")
+
+
 class RichDisplay(Display):
     """A spinner with the child's current phase while a runner works, then one line per finished row."""
 

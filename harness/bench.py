@@ -13,11 +13,9 @@ from typing import Callable
 import numpy as np
 
 from harness import environment, launch
-from harness.registry import ModelEntry
+from harness.registry import ModelEntry, checkpoint_for
 from harness.results import SCHEMA_VERSION, ResultFile, Row, write_result
 from harness.workload import Profile, probe_ids, prompt_ids
-from linnet_core import checkpoint
-from linnet_core.errors import UserError
 from runners import REFERENCE, RunnerInfo
 from runners.base import RunSpec
 
@@ -46,21 +44,6 @@ class Display:
     def finish(self, row: Row) -> None: ...
 
 
-def resolve_checkpoint(settings: BenchSettings) -> tuple[Path, str]:
-    """(checkpoint directory, weights field): a checked local directory, or synthetic weights of the exact shape."""
-    entry = settings.model
-    if settings.weights is None:
-        path = checkpoint.synthetic_checkpoint(entry.id, entry.config, entry.checkpoint_dtype, settings.seed)
-        return path, "synthetic"
-    path = settings.weights.resolve()
-    config = checkpoint.read_config(path)
-    if config != entry.config:
-        diff = [k for k, v in vars(config).items() if getattr(entry.config, k) != v]
-        raise UserError(f"{path / checkpoint.CONFIG_FILE}: does not match {entry.id} ({', '.join(diff)} differ)")
-    checkpoint.check_weights(path, config, checkpoint.header_shapes(path))
-    return path, str(path)
-
-
 def run_id_now() -> tuple[str, str]:
     now = dt.datetime.now(dt.timezone.utc).replace(microsecond=0)
     return now.isoformat(), now.strftime("%Y%m%dT%H%M%SZ")
@@ -68,7 +51,7 @@ def run_id_now() -> tuple[str, str]:
 
 def run_bench(settings: BenchSettings, display: Display = Display()) -> Path:
     """Runs every row; returns the result file's path. On Ctrl-C the rows so far are kept (complete: false)."""
-    ckpt, weights = resolve_checkpoint(settings)
+    ckpt, weights = checkpoint_for(settings.model, settings.weights, settings.seed)
     entry, profile = settings.model, settings.profile
     created_at, run_id = run_id_now()
     path = settings.out_dir / entry.id / f"{run_id}.json"

@@ -120,6 +120,18 @@ def best_of(
     console.print(f"the better of {len(runs)} run(s): {out}")
 
 
+@app.command("site")
+def site_command(
+    results: Path = typer.Option(Path("results"), help="the result files: RESULTS/<model>/<run-id>.json"),
+    out: Path = typer.Option(Path("site"), help="where the website goes: OUT/index.html, OUT/models/<model>.html"),
+) -> None:
+    """Render the result files as a static website that works offline (open OUT/index.html)."""
+    from harness.site import build_site
+
+    pages = build_site(results, out)
+    console.print(f"{len(pages)} page(s) written; open {pages[0]}")
+
+
 class RichDisplay(Display):
     """A spinner with the child's current phase while a runner works, then one line per finished row."""
 
@@ -173,24 +185,12 @@ def summary_table(rows: list[Row]) -> Table:
 
 
 def main() -> None:
+    """Click handles its own usage errors; a UserError becomes one line and exit status 1."""
     try:
-        status = app(standalone_mode=False)  # without standalone mode, click returns a typer.Exit's code
-        if isinstance(status, int) and status:
-            sys.exit(status)
+        app()
     except UserError as e:
         console.print(f"[red]error:[/] {e}", highlight=False, soft_wrap=True)
         sys.exit(1)
-    except typer.Exit as e:
-        sys.exit(e.exit_code)
-    except (typer.Abort, KeyboardInterrupt):
-        sys.exit(130)
-    except Exception as e:  # click's usage errors (bad option, missing argument) are user errors too
-        import click
-
-        if isinstance(e, click.ClickException):
-            e.show()
-            sys.exit(e.exit_code)
-        raise
 
 
 if __name__ == "__main__":

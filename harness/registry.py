@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 
-from linnet_core.errors import UserError
+from linnet_core import checkpoint
 from linnet_core.config import ModelConfig
+from linnet_core.errors import UserError
 
 
 @dataclass(frozen=True)
@@ -109,3 +111,16 @@ def get_model(name: str) -> ModelEntry:
             return entry
     names = ", ".join(f"{m.id} (alias {', '.join(m.aliases)})" if m.aliases else m.id for m in MODELS.values())
     raise UserError(f"unknown model {name!r}; known models: {names}")
+
+
+def checkpoint_for(entry: ModelEntry, weights: Path | None, seed: int = 0) -> tuple[Path, str]:
+    """(checkpoint directory, weights label): a checked local directory, or synthetic weights of the exact shape."""
+    if weights is None:
+        return checkpoint.synthetic_checkpoint(entry.id, entry.config, entry.checkpoint_dtype, seed), "synthetic"
+    path = Path(weights).resolve()
+    config = checkpoint.read_config(path)
+    if config != entry.config:
+        diff = [k for k, v in vars(config).items() if getattr(entry.config, k) != v]
+        raise UserError(f"{path / checkpoint.CONFIG_FILE}: does not match {entry.id} ({', '.join(diff)} differ)")
+    checkpoint.check_weights(path, config, checkpoint.header_shapes(path))
+    return path, str(path)

@@ -1,0 +1,29 @@
+"""The compile targets of `linnet compile`: each names the function that writes a target's artefacts.
+
+A target function takes (decoder: graph.Decoder, checkpoint: Path, out: Path, options: CompileOptions) and
+returns the list of files it wrote. Adding a target is one line here and its emitter module."""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+
+from linnet_core.errors import UserError
+
+
+@dataclass(frozen=True)
+class CompileOptions:
+    dtype: str = "f32"  # "f32" | "f16" | "bf16": the compute dtype baked into the artefacts
+    max_positions: int = 768  # static KV cache positions per row
+    batch: int = 1  # rows of the static cache (serving uses more)
+
+
+# target name -> "module:function"
+TARGETS: dict[str, str] = {}
+
+
+def compile_function(target: str):
+    if target not in TARGETS:
+        raise UserError(f"unknown target {target!r}; known targets: {', '.join(TARGETS) or 'none yet'}")
+    module, _, name = TARGETS[target].partition(":")
+    return getattr(importlib.import_module(module), name)

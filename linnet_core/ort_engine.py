@@ -194,6 +194,15 @@ class OrtEngine:
         self.decode_runs = [self.run_options(graph_id) for graph_id in DECODE_GRAPH_IDS]
         self.prefill_run = self.run_options("-1")  # prefill shapes vary: never captured
 
+    def without_cuda_graphs(self, error: Exception) -> None:
+        """A new session without CUDA graphs, bound to the same buffers (they belong to no session)."""
+        self.use_cuda_graphs = False
+        self.notes.append(f"CUDA graph capture failed, steps run without ({str(error).splitlines()[0][:160]})")
+        self.session = self.new_session()
+        self.decode_bindings = [self.decode_binding(p) for p in (0, 1)]
+        self.decode_runs = [None, None]
+        self.prefill_run = None
+
     def decode_binding(self, p: int) -> ort.IOBinding:
         io = self.session.io_binding()
         for name, buffer in (("tokens", self.tokens[p]), ("positions", self.positions[p]), ("rows", self.all_rows),
@@ -245,7 +254,13 @@ class OrtEngine:
 
     def step(self) -> np.ndarray:
         p = self.parity
-        self.session.run_with_iobinding(self.decode_bindings[p], self.decode_runs[p])
+        try:
+            self.session.run_with_iobinding(self.decode_bindings[p], self.decode_runs[p])
+        except Exception as e:  # ONNX Runtime's own types; only a refused CUDA graph capture is recovered from
+            if not self.use_cuda_graphs:
+                raise
+            self.without_cuda_graphs(e)  # the run wrote nothing: the buffers still hold this step's input
+            self.session.run_with_iobinding(self.decode_bindings[p], self.decode_runs[p])
         self.parity = 1 - p
         return self.tokens[1 - p].read()[:, 0].copy()
 

@@ -39,9 +39,9 @@ class Runner(base.Runner):
         decoder = qwen2_decoder(read_config(self.spec.checkpoint))
         options = CompileOptions(dtype=self.dtype, max_positions=self.spec.max_positions, batch=1)
         self.model_path = write_onnx(decoder, self.spec.checkpoint, self.spec.work / f"onnx-{self.dtype}", options)[0]
-        self.settings = SessionSettings(
-            provider=provider, trt_cache=str(self.spec.work / "trt-cache"), trt_dtype=self.dtype
-        )
+        trt_cache = self.spec.work / "trt-cache"
+        trt_cache.mkdir(parents=True, exist_ok=True)
+        self.settings = SessionSettings(provider=provider, trt_cache=str(trt_cache), trt_dtype=self.dtype)
         self.engine: OrtEngine | None = None
         self.notes += [
             (f"{self.dtype}; ONNX Runtime's {PROVIDER_LABELS[provider]} execution provider; load emits and writes "

@@ -26,7 +26,7 @@ PROVIDERS = {
 # ONNX element types: as sessions name them, and the numpy storage of our buffers of each
 ELEMENT_TYPES = {"tensor(float)": 1, "tensor(float16)": 10, "tensor(bfloat16)": 16, "tensor(int64)": 7}
 STORAGE = {1: np.float32, 10: np.float16, 16: np.uint16, 7: np.int64}
-F32, I64 = ELEMENT_TYPES["tensor(float)"], ELEMENT_TYPES["tensor(int64)"]
+F32, BF16, I64 = ELEMENT_TYPES["tensor(float)"], ELEMENT_TYPES["tensor(bfloat16)"], ELEMENT_TYPES["tensor(int64)"]
 PROVIDER_LABELS = {"cpu": "CPU", "cuda": "CUDA", "tensorrt": "TensorRT"}
 DECODE_GRAPH_IDS = ("1", "2")  # CUDA graph annotations of the two decode bindings (0 is reserved by ONNX Runtime)
 
@@ -123,7 +123,8 @@ class Buffer:
             self.value = host_value
         else:
             self.value = ort.OrtValue.ortvalue_from_shape_and_type(list(shape), elem, device, 0)
-            self.value.update_inplace(host_value)  # zeros: NaN garbage in an unwritten cache slot would leak
+            # zeros, not whatever the allocator held: NaN in an unwritten cache slot would leak through the mask
+            self.value.update_inplace(host_value if elem == BF16 else self.host)
 
     def read(self) -> np.ndarray:
         return self.host if self.device == "cpu" else self.value.numpy()

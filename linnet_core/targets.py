@@ -19,7 +19,9 @@ class CompileOptions:
 
 
 # target name -> "module:function"
-TARGETS: dict[str, str] = {}
+TARGETS: dict[str, str] = {
+    "torch": "linnet_core.emit_torch:write",
+}
 
 
 def compile_function(target: str):

@@ -29,6 +29,9 @@ RUNNERS: dict[str, RunnerInfo] = {
     for r in (
         RunnerInfo("transformers", "runners.transformers_eager", "transformers", "PyTorch"),
         RunnerInfo("transformers-compiled", "runners.transformers_compiled", "transformers, compiled", "PyTorch"),
+        RunnerInfo("linnet-torch", "runners.linnet_torch", "Linnet, generated PyTorch", "PyTorch", "transformers-compiled"),
+        RunnerInfo("linnet-inductor", "runners.linnet_inductor", "Linnet, inductor", "PyTorch", "transformers-compiled"),
+        RunnerInfo("linnet-cudagraphs", "runners.linnet_cudagraphs", "Linnet, CUDA graphs", "PyTorch", "transformers-compiled"),
     )
 }
 

@@ -47,12 +47,15 @@ class Display:
 
 
 def resolve_checkpoint(settings: BenchSettings) -> tuple[Path, str]:
+    return model_checkpoint(settings.model, settings.weights, settings.seed)
+
+
+def model_checkpoint(entry: ModelEntry, weights: Path | None, seed: int = 0) -> tuple[Path, str]:
     """(checkpoint directory, weights field): a checked local directory, or synthetic weights of the exact shape."""
-    entry = settings.model
-    if settings.weights is None:
-        path = checkpoint.synthetic_checkpoint(entry.id, entry.config, entry.checkpoint_dtype, settings.seed)
+    if weights is None:
+        path = checkpoint.synthetic_checkpoint(entry.id, entry.config, entry.checkpoint_dtype, seed)
         return path, "synthetic"
-    path = settings.weights.resolve()
+    path = Path(weights).resolve()
     config = checkpoint.read_config(path)
     if config != entry.config:
         diff = [k for k, v in vars(config).items() if getattr(entry.config, k) != v]

@@ -57,5 +57,5 @@ def notes(settings: Settings) -> list[str]:
         f"reserves a KV-cache pool up front (gpu_memory_utilization {settings.gpu_memory_utilization}), "
         "so its memory is a setting, not a need",
         "prefix caching off, so every run prefills the whole prompt",
-        "not compared: vLLM's API returns log-probabilities of sampled tokens, not the logits",
+        "vLLM's API returns log-probabilities (after softmax, top-k only), not logits: nothing to compare exactly",
     ]

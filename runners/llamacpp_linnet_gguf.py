@@ -27,7 +27,6 @@ FLASH_ATTN = {
     "on": llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED,
     "off": llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED,
 }
-RUN_DTYPE_TO_GGUF = {"f32": "f32", "f16": "f16", "bf16": "bf16"}
 
 
 @dataclass(frozen=True)
@@ -38,7 +37,7 @@ class Settings:
     gguf_dtype: str  # "f32" | "f16" | "bf16" | "q8_0": how the export stores 2-D weights
     kv_cache: str  # "f32" | "f16": the K and V cache type
     flash_attn: str  # "auto" | "on" | "off": llama.cpp's CPU flash attention rounds through f16
-    extra_bufts: bool  # weight repacking into CPU-specific layouts; off: its Q8_0 kernels have crashed here
+    extra_bufts: bool  # weight repacking into CPU-specific layouts; off: reported to crash Q8_0 on AMX CPUs
     n_threads: int  # CPU threads for prefill and decode
 
     @classmethod
@@ -47,7 +46,10 @@ class Settings:
         unknown = sorted(set(spec.options) - known)
         if unknown:
             raise UserError(f"{spec.runner}: unknown option(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
-        gguf_dtype = spec.options.get("gguf_dtype") or default_gguf_dtype or RUN_DTYPE_TO_GGUF[spec.dtype]
+        asked = spec.options.get("gguf_dtype")
+        if default_gguf_dtype and asked not in (None, default_gguf_dtype):
+            raise UserError(f"{spec.runner} runs a {default_gguf_dtype} GGUF; ask llamacpp-linnet-gguf for gguf_dtype={asked}")
+        gguf_dtype = default_gguf_dtype or asked or spec.dtype  # the run's f32/f16/bf16 name a GGUF dtype too
         exact = gguf_dtype == "f32"
         settings = cls(
             gguf_dtype=gguf_dtype,

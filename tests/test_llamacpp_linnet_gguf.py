@@ -59,6 +59,8 @@ def test_settings_follow_the_gguf_dtype_and_refuse_unknown_options(tiny, tmp_pat
     q8 = Settings.from_spec(run_spec(tiny, "llamacpp-linnet-gguf", tmp_path, tmp_path, gguf_dtype="q8_0"), None)
     assert (q8.gguf_dtype, q8.kv_cache, q8.flash_attn) == ("q8_0", "f16", "auto")
     assert Settings.from_spec(spec, "f16").gguf_dtype == "f16"
+    with pytest.raises(UserError, match="runs a f16 GGUF; ask llamacpp-linnet-gguf for gguf_dtype=q8_0"):
+        Settings.from_spec(run_spec(tiny, "llamacpp-linnet-gguf-f16", tmp_path, tmp_path, gguf_dtype="q8_0"), "f16")
     with pytest.raises(UserError, match="unknown option"):
         Settings.from_spec(run_spec(tiny, "llamacpp-linnet-gguf", tmp_path, tmp_path, kv="f32"), None)
     with pytest.raises(UserError, match="option kv_cache='q4_0'"):

@@ -38,6 +38,11 @@ RUNNERS: dict[str, RunnerInfo] = {
         RunnerInfo("linnet-trt-f32", "runners.linnet_trt", "Linnet, TensorRT f32", "ONNX Runtime and TensorRT"),
         RunnerInfo("linnet-trt-f16", "runners.linnet_trt", "Linnet, TensorRT f16", "ONNX Runtime and TensorRT"),
         RunnerInfo("linnet-trt-bf16", "runners.linnet_trt", "Linnet, TensorRT bf16", "ONNX Runtime and TensorRT"),
+        RunnerInfo("vllm", "runners.vllm_offline", "vLLM", "LLM engines"),
+        RunnerInfo("vllm-linnet-export", "runners.vllm_linnet_export", "vLLM on Linnet's export", "LLM engines", peer="vllm"),
+        RunnerInfo("llamacpp-linnet-gguf", "runners.llamacpp_linnet_gguf", "llama.cpp on Linnet's GGUF", "LLM engines"),
+        RunnerInfo("llamacpp-linnet-gguf-f16", "runners.llamacpp_linnet_gguf:F16Runner", "llama.cpp on Linnet's GGUF, f16", "LLM engines"),
+        RunnerInfo("llamacpp-linnet-gguf-q8_0", "runners.llamacpp_linnet_gguf:Q8Runner", "llama.cpp on Linnet's GGUF, q8_0", "LLM engines"),
     )
 }
 

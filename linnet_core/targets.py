@@ -19,7 +19,10 @@ class CompileOptions:
 
 
 # target name -> "module:function"
-TARGETS: dict[str, str] = {}
+TARGETS: dict[str, str] = {
+    "jax": "linnet_core.emit_jax:compile_jax",
+    "stablehlo": "linnet_core.export_stablehlo:compile_stablehlo",
+}
 
 
 def compile_function(target: str):

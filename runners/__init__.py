@@ -29,6 +29,9 @@ RUNNERS: dict[str, RunnerInfo] = {
     for r in (
         RunnerInfo("transformers", "runners.transformers_eager", "transformers", "PyTorch"),
         RunnerInfo("transformers-compiled", "runners.transformers_compiled", "transformers, compiled", "PyTorch"),
+        RunnerInfo("kerashub", "runners.kerashub", "KerasHub", "JAX"),
+        RunnerInfo("linnet-stablehlo", "runners.linnet_stablehlo", "Linnet, XLA (StableHLO)", "JAX", peer="kerashub"),
+        RunnerInfo("linnet-jax", "runners.linnet_jax", "Linnet, XLA (generated JAX)", "JAX", peer="kerashub"),
     )
 }
 

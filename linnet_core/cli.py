@@ -37,6 +37,7 @@ def compile_(
     weights: Optional[Path] = typer.Option(None, help="a local Hugging Face checkpoint (default: synthetic weights)"),
     dtype: str = typer.Option("f32", help="f32, f16 or bf16"),
     max_positions: int = typer.Option(768, help="static KV cache positions"),
+    rows: int = typer.Option(1, help="static KV cache rows (serving uses more)"),
 ) -> None:
     """Write MODEL's artefacts for one engine (generated source, serialized graphs) into OUT."""
     from linnet_core.graph import qwen2_decoder
@@ -45,7 +46,7 @@ def compile_(
         raise UserError(f"unknown dtype {dtype!r}; use f32, f16 or bf16")
     write = compile_function(target)
     entry, ckpt = resolve(model, weights)
-    files = write(qwen2_decoder(entry.config), ckpt, out, CompileOptions(dtype=dtype, max_positions=max_positions))
+    files = write(qwen2_decoder(entry.config), ckpt, out, CompileOptions(dtype, max_positions, rows))
     for f in files:
         console.print(f"wrote {f}", soft_wrap=True, highlight=False)
 

@@ -29,6 +29,15 @@ RUNNERS: dict[str, RunnerInfo] = {
     for r in (
         RunnerInfo("transformers", "runners.transformers_eager", "transformers", "PyTorch"),
         RunnerInfo("transformers-compiled", "runners.transformers_compiled", "transformers, compiled", "PyTorch"),
+        RunnerInfo("serve-vllm", "runners.serve_vllm", "vLLM", "Serving many requests", kind="serving"),
+        RunnerInfo("serve-linnet-cudagraphs", "runners.serve_linnet:CudaGraphs", "linnet.serve, CUDA graphs", "Serving many requests", "serve-vllm", "serving"),
+        RunnerInfo("serve-linnet-xla", "runners.serve_linnet:Xla", "linnet.serve, XLA", "Serving many requests", "serve-vllm", "serving"),
+        RunnerInfo("serve-linnet-ort", "runners.serve_linnet:Ort", "linnet.serve, ONNX Runtime", "Serving many requests", "serve-vllm", "serving"),
+        RunnerInfo("serve-vllm-linnet-export", "runners.serve_vllm:LinnetExport", "vLLM on Linnet's export", "Serving many requests", "serve-vllm", "serving"),
+        RunnerInfo("serve-triton-vllm", "runners.serve_triton:Vllm", "Triton, vLLM backend", "Serving many requests", kind="serving"),
+        RunnerInfo("serve-triton-linnet", "runners.serve_triton:Linnet", "Triton, linnet.serve backend", "Serving many requests", "serve-triton-vllm", "serving"),
+        RunnerInfo("serve-transformers-batched", "runners.serve_transformers_batched", "transformers, batched", "Serving many requests", kind="serving"),
+        RunnerInfo("serve-kerashub-static", "runners.serve_kerashub_static", "KerasHub, static batches", "Serving many requests", kind="serving"),
     )
 }
 

@@ -1,0 +1,73 @@
+"""The backends linnet.serve runs on: each is a function that makes an Engine (linnet_core/engine.py) for
+(checkpoint, rows, positions, dtype, device). Adding a backend is one function and one line in BACKENDS;
+`--backend module:function` names a function outside this table (tests use it for a reference engine)."""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from linnet_core.engine import Engine
+from linnet_core.errors import UserError
+
+
+@dataclass(frozen=True)
+class EngineSpec:
+    checkpoint: Path  # the Hugging Face checkpoint directory
+    rows: int  # S: cache rows
+    max_positions: int  # L: positions per row
+    dtype: str = "f32"  # "f32" | "f16" | "bf16"
+    device: str = "cpu"  # "cpu" | "cuda"
+    work_dir: Path | None = None  # where a backend may write its artefacts (generated source, graphs); a temp dir when None
+    mode: str | None = None  # a backend's variant, e.g. torch "eager" | "inductor" | "cudagraphs"; None picks per device
+
+
+@dataclass
+class Built:
+    engine: Engine
+    notes: list[str] = field(default_factory=list)  # what the backend chose, for a row's notes and /health
+    serve_options: dict[str, Any] = field(default_factory=dict)  # ServeConfig fields the backend needs (prefill_buckets)
+
+
+def missing_engine(backend: str, module: str) -> UserError:
+    return UserError(f"the {backend} backend needs {module}, which this installation does not have")
+
+
+def torch_engine(spec: EngineSpec) -> Built:
+    """Generated PyTorch: CUDA graphs on a GPU; eager (or inductor) on a CPU."""
+    raise missing_engine("torch", "linnet_core.emit_torch")
+
+
+def xla_engine(spec: EngineSpec) -> Built:
+    """Generated JAX through XLA."""
+    raise missing_engine("xla", "linnet_core.emit_jax")
+
+
+def ort_engine(spec: EngineSpec) -> Built:
+    """The ONNX graphs through ONNX Runtime."""
+    raise missing_engine("ort", "linnet_core.emit_onnx")
+
+
+BACKENDS: dict[str, Callable[[EngineSpec], Built]] = {"torch": torch_engine, "xla": xla_engine, "ort": ort_engine}
+
+
+def backend_function(backend: str) -> Callable[[EngineSpec], Built]:
+    if backend in BACKENDS:
+        return BACKENDS[backend]
+    module, sep, name = backend.partition(":")
+    if not sep:
+        raise UserError(f"unknown backend {backend!r}; use one of {', '.join(BACKENDS)} (or module:function)")
+    try:
+        return getattr(importlib.import_module(module), name)
+    except (ImportError, AttributeError) as e:
+        raise UserError(f"backend {backend!r} cannot be imported ({e})") from None
+
+
+def make_engine(backend: str, spec: EngineSpec) -> Built:
+    built = backend_function(backend)(spec)
+    engine = built.engine
+    if (engine.rows, engine.max_positions) != (spec.rows, spec.max_positions):
+        raise UserError(f"the {backend} backend made {engine.rows} x {engine.max_positions} rows, not {spec.rows} x {spec.max_positions}")
+    return built

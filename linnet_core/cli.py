@@ -97,7 +97,7 @@ def export_triton(
     check_dtype_device(dtype, device)
     entry, ckpt = resolve(model, weights)
     for f in write_repository(TritonExport(entry.id, ckpt, out, backend, rows, positions, dtype, device)):
-        console.print(f"wrote {f}")
+        console.print(f"wrote {f}", highlight=False, soft_wrap=True)
 
 
 def check_dtype_device(dtype: str, device: Optional[str]) -> None:

@@ -20,6 +20,7 @@ class ReferenceEngine:
         self.last = np.zeros(rows, dtype=np.int64)  # each row's last token
         self.calls = {"prefill": 0, "step": 0}
 
+    @torch.no_grad()  # grad mode is per thread, and linnet.serve calls from its loop thread
     def _logits(self, tokens: list[int]) -> np.ndarray:
         return self.model(input_ids=torch.tensor([tokens])).logits[0, -1].float().numpy()
 

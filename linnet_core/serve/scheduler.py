@@ -47,8 +47,8 @@ class Scheduler:
         # rows free now are taken by the waiting queue's head at the next step; beyond them, max_waiting may wait
         if len(self.waiting) >= self.pool.num_free + self.config.max_waiting:
             raise QueueFull(
-                f"all {self.config.rows} rows are busy and {len(self.waiting)} requests are waiting "
-                f"(the bound is {self.config.max_waiting}); retry later"
+                f"{len(self.waiting)} requests are already waiting for {self.config.rows} rows (at most "
+                f"{self.config.max_waiting} wait beyond the free rows); retry later"
             )
 
     def add(self, request: Request) -> None:

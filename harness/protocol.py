@@ -159,7 +159,7 @@ async def serving_session(runner: ServingRunner, spec: RunSpec, progress: Progre
             progress(f"run {i + 1}/{w.runs}: {w.requests} requests")
             runs.append(await serve_all(runner, prompts, w.new_tokens, w.max_in_flight))
         tokens = None
-        if len(spec.prompt) + spec.new_tokens <= w.max_positions:  # the reference's prompt fits a row: compare
+        if runner.token_ids and len(spec.prompt) + spec.new_tokens <= w.max_positions:  # comparable with the reference
             progress("the reference prompt")
             tokens = [t async for new in runner.generate(spec.prompt, spec.new_tokens) for t in new]
     finally:

@@ -98,6 +98,8 @@ class ServingRunner:
     load() makes the stack ready (it is timed); start() and stop() run inside the protocol's event loop, around
     every request; generate() is one request as the client sees it. score() and close() follow, outside the loop."""
 
+    token_ids = True  # generate() yields the real token ids; False: placeholders that only count the tokens
+
     def __init__(self, spec: RunSpec):
         self.spec = spec
         self.notes: list[str] = []  # shown in the row's Notes column

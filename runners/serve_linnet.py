@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from linnet_core.checkpoint import read_config
-from linnet_core.serve.backends import EngineSpec, make_engine
+from linnet_core.serve.backends import EngineSpec, make_engine, unavailable
 from linnet_core.serve.client import AsyncClient
 from linnet_core.serve.config import ServeConfig
 from linnet_core.serve.engine_loop import ServeEngine
@@ -17,6 +17,10 @@ from runners import base
 
 class LinnetServe(base.ServingRunner):
     backend = ""  # a linnet_core.serve.backends name (or module:function)
+
+    @classmethod
+    def unavailable(cls, spec):
+        return unavailable(cls.backend)
 
     def mode(self) -> str | None:
         """The backend's variant for this row; None lets the backend pick per device."""

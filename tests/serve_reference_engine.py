@@ -50,7 +50,8 @@ class ReferenceEngine:
         return self.step_logits(self.last).argmax(axis=-1)
 
     def score(self, tokens, n_prefill):
-        raise NotImplementedError
+        """Logits after each prefix tokens[:n_prefill], tokens[:n_prefill + 1], ...: what the cache path computes."""
+        return np.stack([self._logits(list(tokens[:n])) for n in range(n_prefill, len(tokens) + 1)])
 
 
 def make_engine(spec: EngineSpec) -> Built:

@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import importlib
+import importlib.util
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -50,12 +51,33 @@ def ort_engine(spec: EngineSpec) -> Built:
     raise missing_engine("ort", "linnet_core.emit_onnx")
 
 
-BACKENDS: dict[str, Callable[[EngineSpec], Built]] = {"torch": torch_engine, "xla": xla_engine, "ort": ort_engine}
+@dataclass(frozen=True)
+class Backend:
+    make: Callable[[EngineSpec], Built]  # the adapter
+    needs: tuple[str, ...]  # the modules it imports: without one, the backend is unavailable
+
+
+BACKENDS: dict[str, Backend] = {
+    "torch": Backend(torch_engine, ("torch", "linnet_core.emit_torch")),
+    "xla": Backend(xla_engine, ("jax", "linnet_core.emit_jax")),
+    "ort": Backend(ort_engine, ("onnxruntime", "linnet_core.emit_onnx")),
+}
+
+
+def unavailable(backend: str) -> str | None:
+    """Why a backend cannot run in this installation (a module it needs is missing), or None."""
+    if backend not in BACKENDS:
+        return None  # module:function backends say so when they are imported
+    missing = next((m for m in BACKENDS[backend].needs if importlib.util.find_spec(m) is None), None)
+    return None if missing is None else f"the {backend} backend needs {missing}, which is not installed"
 
 
 def backend_function(backend: str) -> Callable[[EngineSpec], Built]:
     if backend in BACKENDS:
-        return BACKENDS[backend]
+        reason = unavailable(backend)
+        if reason:
+            raise UserError(reason)
+        return BACKENDS[backend].make
     module, sep, name = backend.partition(":")
     if not sep:
         raise UserError(f"unknown backend {backend!r}; use one of {', '.join(BACKENDS)} (or module:function)")

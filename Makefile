@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 BENCH := $(PY) -m harness.cli
 
-.PHONY: setup demo test site browser gpu clean
+.PHONY: setup demo test site browser gate baseline gpu clean
 
 setup: $(VENV)/.installed
 
@@ -28,6 +28,21 @@ test: setup browser
 # Headless Chromium for the site's browser test (Debian's package; needs root or sudo).
 browser:
 	@command -v chromium >/dev/null || { apt-get update -qq && apt-get install -y -qq chromium >/dev/null; }
+
+# The CI regression gate (.ci/gate): GATE_RUNNERS on qwen2-tiny (synthetic weights, f32, CPU, the `gate` profile),
+# checked against the committed CPU baseline by each row's ratio to transformers (`check --gate`, thresholds in
+# harness/check.py GATE_THRESHOLDS); a try that fails is repeated, up to GATE_TRIES, and the better of the tries so far
+# counts. Rows the baseline lacks are reported as new, not judged: after adding a runner here, run `make baseline`
+# (on a quiet machine: it keeps the better of GATE_TRIES suites) and commit GATE_BASELINE.
+GATE_RUNNERS := transformers transformers-compiled
+GATE_TRIES ?= 3
+GATE_BASELINE := .ci/baseline/qwen2-tiny.json
+
+gate: setup
+	BENCH="$(BENCH)" .ci/gate check $(GATE_BASELINE) $(GATE_TRIES) $(GATE_RUNNERS)
+
+baseline: setup
+	BENCH="$(BENCH)" .ci/gate baseline $(GATE_BASELINE) $(GATE_TRIES) $(GATE_RUNNERS)
 
 # On a lent GPU machine: the one-shot suite (see scripts/gpu-suite.sh).
 gpu:

@@ -3,6 +3,7 @@ for regressions). A UserError is printed as one line with exit status 1; anythin
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 from typing import Optional
@@ -12,10 +13,11 @@ from rich.console import Console
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from harness import check as checks
 from harness.bench import BenchSettings, Display, run_bench
 from harness.memory import nvml_handles
 from harness.registry import MODELS, get_model
-from harness.results import Row, load_result
+from harness.results import Row, load_result, write_result
 from harness.workload import PROFILES, get_profile
 from linnet_core.errors import UserError
 from runners import RUNNERS, get_runner
@@ -73,6 +75,61 @@ def run(
         raise typer.Exit(130)
     console.print(summary_table(load_result(path).rows))
     console.print(f"result file: {path}")
+
+
+@app.command()
+def check(
+    candidate: Path = typer.Argument(..., help="a result file, or a directory: the latest run of each model"),
+    baseline: Path = typer.Option(..., "--baseline", "-b", help="the result file or directory to compare with"),
+    threshold_speed: Optional[float] = typer.Option(None, help="relative change of a speed or time that counts (default 0.05)"),
+    threshold_memory: Optional[float] = typer.Option(None, help="relative change of peak memory that counts (default 0.20)"),
+    ratios: bool = typer.Option(False, "--ratios", help="compare ratios to the in-run reference even on one machine"),
+    gate: bool = typer.Option(False, "--gate", help="the CI gate: --ratios and its wider thresholds (harness/check.py)"),
+    json_path: Optional[Path] = typer.Option(None, "--json", help="also write the report as JSON here"),
+) -> None:
+    """Compare CANDIDATE with a baseline row by row; exit 1 on a regression beyond the thresholds and the noise."""
+    defaults = checks.GATE_THRESHOLDS if gate else checks.Thresholds()
+    thresholds = checks.Thresholds(
+        speed=defaults.speed if threshold_speed is None else threshold_speed,
+        memory=defaults.memory if threshold_memory is None else threshold_memory,
+    )
+    if thresholds.speed < 0 or thresholds.memory < 0:
+        raise UserError("thresholds are relative changes and cannot be negative, e.g. --threshold-speed 0.05")
+    report = checks.check(candidate, baseline, thresholds, ratios=ratios or gate)
+    for comparison in report.comparisons:
+        console.print(checks.header(comparison), highlight=False, soft_wrap=True)
+        if comparison.rows:
+            console.print(checks.table(comparison))
+        for line in checks.finding_lines(comparison):
+            console.print(line, highlight=False, soft_wrap=True)
+    if json_path is not None:
+        json_path.parent.mkdir(parents=True, exist_ok=True)
+        json_path.write_text(json.dumps(report.to_json(), indent=2) + "\n")
+    console.print(checks.verdict(report), highlight=False, soft_wrap=True)
+    if not report.passed:
+        raise typer.Exit(1)
+
+
+@app.command("best-of")
+def best_of(
+    runs: list[Path] = typer.Argument(..., help="result files of repeats of one suite"),
+    out: Path = typer.Option(..., help="where to write the combined result file"),
+) -> None:
+    """Combine repeats of one suite: per row and metric the best repeat, for correctness the worst."""
+    write_result(checks.best_of([load_result(p) for p in runs]), out)
+    console.print(f"the better of {len(runs)} run(s): {out}")
+
+
+@app.command("site")
+def site_command(
+    results: Path = typer.Option(Path("results"), help="the result files: RESULTS/<model>/<run-id>.json"),
+    out: Path = typer.Option(Path("site"), help="where the website goes: OUT/index.html, OUT/models/<model>.html"),
+) -> None:
+    """Render the result files as a static website that works offline (open OUT/index.html)."""
+    from harness.site import build_site
+
+    pages = build_site(results, out)
+    console.print(f"{len(pages)} page(s) written; open {pages[0]}")
 
 
 class RichDisplay(Display):

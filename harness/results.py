@@ -87,7 +87,11 @@ def load_result(path: Path) -> ResultFile:
         raise UserError(f"{path}: malformed result file: {where}: {first['msg']}") from None
 
 
+def result_paths(directory: Path) -> list[Path]:
+    """The result files under a directory: results/<model>/<run-id>.json, sorted by path."""
+    return sorted(Path(directory).glob("*/*.json"))
+
+
 def load_results(directory: Path) -> list[ResultFile]:
     """Every result file under a directory (results/<model>/<run-id>.json), oldest first."""
-    files = sorted(Path(directory).glob("*/*.json"))
-    return sorted((load_result(f) for f in files), key=lambda r: r.created_at)
+    return sorted((load_result(f) for f in result_paths(directory)), key=lambda r: r.created_at)

@@ -1,0 +1,472 @@
+"""The regression check: a candidate run against a baseline run, row by row (matched by runner id), beyond the noise.
+
+A row regressed when, against the baseline:
+- a speed (decode_tok_s, serving_tok_s) dropped, or a time (ttft_ms, serving_ttft_ms, load_s) or peak memory rose,
+  by more than the threshold (relative to the baseline's median) AND outside both runs' spreads (the min..max of
+  their timed runs): a change that the two spreads overlap on is noise;
+- its distance from the reference is above its tolerance (TOLERANCES, by the row's dtype);
+- it went from ok to failed or skipped, it vanished while ok, or a metric it had is gone.
+Improvements are the same test the other way and are reported (an out-of-date baseline is worth knowing); rows only
+the candidate has are reported as new and not judged.
+
+When the runs come from different machines (or when asked), each figure and its spread are first divided by the
+median of the same figure of the in-run reference row (runners.REFERENCE), so that what is compared is a row's
+standing relative to the reference; the reference itself is then judged only on its status and distance.
+`linnet-bench check` prints this module's report; the CI gate (`make gate`) runs it with GATE_THRESHOLDS."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from rich import box
+from rich.table import Table
+from rich.text import Text
+
+from harness.results import ResultFile, Row, load_result
+from linnet_core.errors import UserError
+from runners import REFERENCE
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    speed: float = 0.05  # relative change of a speed or time metric (decode, serving, TTFT, load) that counts
+    memory: float = 0.20  # relative change of peak memory that counts
+
+
+# The CI gate's thresholds, wide because the gate runs short suites on a shared 2-core machine. Measured there (load
+# 6-10 from other work): single `gate` suites put transformers' decode anywhere in 13-180 tok/s and the compiled row's
+# ratio to it in 0.45-1.9, which no threshold absorbs; so the gate also leans on the spread rule (a disturbed run has
+# a wide spread), the better of repeats, and retries (.ci/gate). Between the better suites, ratios moved up to ~25%
+# (decode 1.57 vs 1.94, TTFT the most), hence 30%: a row that got a third slower than the reference still fails.
+# Memory ratios held to 0.1%, except that the compiled row's peak includes inductor's compile workers when its cache
+# is cold (0.58 vs 0.92 GiB): a warm retry and the better of tries absorb that, and 30% keeps room for other builds.
+GATE_THRESHOLDS = Thresholds(speed=0.30, memory=0.30)
+
+# The largest distance from the reference that is not a wrong answer, by dtype. f32: the project's correctness bar.
+# f16 and bf16 logits differ from the reference by rounding: a few units in the last place at a logit of 16 (the
+# real model's largest), i.e. 0.1 is ~6 f16 ulps and 0.5 is 4 bf16 ulps (the seed page's bf16 rows are 0.14-0.39).
+TOLERANCES = {"f32": 1e-4, "f16": 0.1, "bf16": 0.5}
+
+
+@dataclass(frozen=True)
+class Metric:
+    name: str  # the key in a row's metrics; its spread is name_min .. name_max
+    label: str  # the table's column
+    unit: str
+    higher_is_better: bool
+    memory: bool  # judged against the memory threshold, else the speed threshold
+    # In ratio mode, divided by the first of these the reference row has: serving metrics by the reference's
+    # single-request figures, since the reference does not serve.
+    ratio_to: tuple[str, ...]
+
+
+METRICS = (
+    Metric("decode_tok_s", "decode", "tok/s", True, False, ("decode_tok_s",)),
+    Metric("ttft_ms", "TTFT", "ms", False, False, ("ttft_ms",)),
+    Metric("serving_tok_s", "serve", "tok/s", True, False, ("serving_tok_s", "decode_tok_s")),
+    Metric("serving_ttft_ms", "serve TTFT", "ms", False, False, ("serving_ttft_ms", "ttft_ms")),
+    Metric("load_s", "load", "s", False, False, ("load_s",)),
+    Metric("peak_mem_gib", "mem", "GiB", False, True, ("peak_mem_gib",)),
+)
+METRIC = {m.name: m for m in METRICS}
+
+# Workload fields that change what a number means: runs that differ in these are not compared.
+SAME_WORKLOAD = ("prompt_tokens", "new_tokens", "batch")
+
+
+@dataclass(frozen=True)
+class Span:
+    """A median with the min and max of the runs it came from (a point when the row has no spread)."""
+
+    mid: float
+    lo: float
+    hi: float
+
+    @classmethod
+    def of(cls, metrics: dict, name: str) -> Span:
+        mid = metrics[name]
+        return cls(mid, metrics.get(f"{name}_min", mid), metrics.get(f"{name}_max", mid))
+
+    def over(self, ref: float) -> Span:
+        """Divided by the reference's median: the row's own spread, in units of the reference."""
+        return Span(self.mid / ref, self.lo / ref, self.hi / ref)
+
+    def overlaps(self, other: Span) -> bool:
+        return self.lo <= other.hi and other.lo <= self.hi
+
+
+@dataclass(frozen=True)
+class Finding:
+    runner: str
+    kind: str  # "regression" | "improvement" | "new" | "note"
+    subject: str  # a metric name, "distance", "status" or "row"
+    message: str  # one line for a person
+    label: str = ""  # a few words for the verdict line, e.g. "decode", "vanished"; the subject when empty
+    baseline: float | None = None  # the compared figures: absolute, or ratios to the reference in ratio mode
+    candidate: float | None = None
+    change: float | None = None  # candidate / baseline - 1
+
+
+@dataclass
+class RowReport:
+    runner: str
+    baseline_status: str | None  # None: the row is not in that run
+    candidate_status: str | None
+    distance: float | None = None  # the candidate's
+    tolerance: float | None = None
+    changes: dict[str, float] = field(default_factory=dict)  # metric -> candidate / baseline - 1, when compared
+    findings: list[Finding] = field(default_factory=list)
+
+    @property
+    def verdict(self) -> str:
+        kinds = {f.kind for f in self.findings}
+        for kind, verdict in (("regression", "regressed"), ("new", "new"), ("improvement", "improved")):
+            if kind in kinds:
+                return verdict
+        return "same"
+
+
+@dataclass(frozen=True)
+class RunInfo:
+    path: str
+    run_id: str
+    created_at: str
+    cpu: str | None
+    gpu: str | None
+
+
+@dataclass
+class Comparison:
+    """One model's candidate run against its baseline run."""
+
+    model: str
+    candidate: RunInfo | None
+    baseline: RunInfo | None
+    ratios: bool  # figures were divided by the reference's of the same run
+    why_ratios: str | None  # "--ratios", or how the machines differ
+    rows: list[RowReport] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Report:
+    thresholds: Thresholds
+    comparisons: list[Comparison]
+
+    def findings(self, kind: str) -> list[Finding]:
+        return [f for c in self.comparisons for r in c.rows for f in r.findings if f.kind == kind]
+
+    @property
+    def passed(self) -> bool:
+        return not self.findings("regression")
+
+    def to_json(self) -> dict:
+        data = dataclasses.asdict(self)
+        data["passed"] = self.passed
+        data["regressions"] = len(self.findings("regression"))
+        data["improvements"] = len(self.findings("improvement"))
+        for comparison, c in zip(self.comparisons, data["comparisons"]):
+            for row, r in zip(comparison.rows, c["rows"]):
+                r["verdict"] = row.verdict
+        return data
+
+
+# ---- loading --------------------------------------------------------------------------------------------------------
+
+
+def load_runs(path: Path) -> dict[str, tuple[Path, ResultFile]]:
+    """model -> (file, run): one result file, or the latest run of each model in a directory (results/<model>/*.json
+    or flat *.json)."""
+    path = Path(path)
+    if not path.is_dir():
+        run = load_result(path)
+        return {run.model: (path, run)}
+    latest: dict[str, tuple[Path, ResultFile]] = {}
+    for file in sorted([*path.glob("*.json"), *path.glob("*/*.json")]):
+        run = load_result(file)
+        if run.model not in latest or run.created_at > latest[run.model][1].created_at:
+            latest[run.model] = (file, run)
+    if not latest:
+        raise UserError(f"{path}: no result files (*.json or <model>/*.json) in this directory")
+    return latest
+
+
+def check_comparable(a: ResultFile, b: ResultFile, where: str) -> None:
+    """Refuses runs whose numbers mean different things: another model, prompt, output length, batch or dtype."""
+    if a.model != b.model:
+        raise UserError(f"{where}: runs of {a.model} and {b.model}; compare runs of one model")
+    for key in SAME_WORKLOAD:
+        if a.workload.get(key) != b.workload.get(key):
+            raise UserError(f"{where}: {key} {a.workload.get(key)} vs {b.workload.get(key)}; compare runs of one workload")
+    if run_dtype(a) != run_dtype(b):
+        raise UserError(f"{where}: dtype {run_dtype(a)} vs {run_dtype(b)}; compare runs of one dtype")
+
+
+def run_dtype(run: ResultFile) -> str:
+    return run.protocol.get("dtype", "f32")
+
+
+def machine_difference(a: ResultFile, b: ResultFile) -> str | None:
+    """How two runs' machines differ (CPU, GPU or device), or None when they look the same."""
+    pairs = [("cpu", a.machine.get("cpu"), b.machine.get("cpu")), ("gpu", a.machine.get("gpu"), b.machine.get("gpu")),
+             ("device", a.protocol.get("device"), b.protocol.get("device"))]  # fmt: skip
+    differ = [f"{what} {x!r} vs {y!r}" for what, x, y in pairs if x != y]
+    return ", ".join(differ) or None
+
+
+# ---- comparing ------------------------------------------------------------------------------------------------------
+
+
+def tolerance(runner: str, dtype: str) -> float:
+    """A row's bound: its own dtype's (from a -f16/-bf16/-f32 runner id, else the run's) or the reference's, the
+    looser, since the distance is to the reference run in the run's dtype."""
+    own = next((d for d in TOLERANCES if runner.endswith(f"-{d}")), dtype)
+    return max(TOLERANCES.get(own, TOLERANCES["f32"]), TOLERANCES.get(dtype, TOLERANCES["f32"]))
+
+
+def check(candidate: Path, baseline: Path, thresholds: Thresholds = Thresholds(), ratios: bool = False) -> Report:
+    """Compares two result files, or the latest run of each model in two directories (matched by model)."""
+    cands, bases = load_runs(candidate), load_runs(baseline)
+    comparisons = []
+    for model in [*bases, *(m for m in cands if m not in bases)]:
+        if model not in cands:
+            comparisons.append(vanished_model(model, *bases[model]))
+        elif model not in bases:
+            path, run = cands[model]
+            comparisons.append(Comparison(model, run_info(path, run), None, False, None,
+                                          notes=[f"{model} is not in the baseline: not compared"]))  # fmt: skip
+        else:
+            comparisons.append(compare_runs(*cands[model], *bases[model], thresholds, ratios))
+    return Report(thresholds, comparisons)
+
+
+def run_info(path: Path, run: ResultFile) -> RunInfo:
+    return RunInfo(str(path), run.run_id, run.created_at, run.machine.get("cpu"), run.machine.get("gpu"))
+
+
+def vanished_model(model: str, path: Path, run: ResultFile) -> Comparison:
+    rows = [compare_row(r.runner, None, r, tolerance(r.runner, run_dtype(run))) for r in run.rows]
+    return Comparison(model, None, run_info(path, run), False, None, rows, [f"{model} has no run in the candidate"])
+
+
+def compare_runs(cand_path: Path, cand: ResultFile, base_path: Path, base: ResultFile, thresholds: Thresholds,
+                 force_ratios: bool = False) -> Comparison:  # fmt: skip
+    check_comparable(cand, base, f"{cand_path} vs {base_path}")
+    differ = machine_difference(cand, base)
+    why = "; ".join(w for w in ("--ratios" if force_ratios else "", f"machines differ: {differ}" if differ else "") if w) or None
+    comparison = Comparison(cand.model, run_info(cand_path, cand), run_info(base_path, base), why is not None, why)
+    if not cand.complete:
+        comparison.notes.append("the candidate run is incomplete (interrupted or still running)")
+    cand_rows, base_rows = {r.runner: r for r in cand.rows}, {r.runner: r for r in base.rows}
+    refs = (reference_row(cand_rows), reference_row(base_rows)) if comparison.ratios else None
+    for runner in [*base_rows, *(r for r in cand_rows if r not in base_rows)]:
+        row = compare_row(runner, cand_rows.get(runner), base_rows.get(runner), tolerance(runner, run_dtype(cand)))
+        if row.baseline_status == row.candidate_status == "ok":
+            compare_metrics(row, cand_rows[runner], base_rows[runner], refs, thresholds)
+        comparison.rows.append(row)
+    return comparison
+
+
+def reference_row(rows: dict[str, Row]) -> Row | None:
+    row = rows.get(REFERENCE)
+    return row if row is not None and row.status == "ok" else None
+
+
+def compare_row(runner: str, cand: Row | None, base: Row | None, bound: float) -> RowReport:
+    """Status and correctness: vanished, failed, skipped, new, and the distance against its tolerance."""
+    report = RowReport(runner, base.status if base else None, cand.status if cand else None,
+                       cand.distance if cand else None, bound)  # fmt: skip
+
+    def add(kind: str, subject: str, message: str, **figures) -> None:
+        report.findings.append(Finding(runner, kind, subject, message, **figures))
+
+    wrong = cand is not None and cand.distance is not None and cand.distance > bound
+    if cand is None:
+        lost = base.status == "ok"  # a row that measured nothing before loses nothing by vanishing
+        add("regression" if lost else "note", "row", f"vanished: the candidate run has no such row (was {base.status})",
+            label="vanished")
+        return report
+    if base is None:
+        add("new", "row", f"new row ({cand.status}), not in the baseline: not judged"
+            + (f"; its distance {cand.distance:.3g} is above its tolerance {bound:g}" if wrong else ""))  # fmt: skip
+        return report
+    if base.status == "ok" and cand.status != "ok":
+        add("regression", "status", f"was ok, now {cand.status}: {first_line(cand.reason)}", label=cand.status)
+    elif base.status != "ok" and cand.status == "ok":
+        add("improvement", "status", f"was {base.status}, now ok")
+    if wrong:
+        add("regression", "distance", f"distance {cand.distance:.3g} is above its tolerance {bound:g}",
+            baseline=base.distance, candidate=cand.distance)  # fmt: skip
+    elif cand.status == "ok" and cand.distance is None and base.distance is not None:
+        add("regression", "distance", "no longer compared with the reference: "
+            + first_line(next((n for n in cand.notes if n.startswith("not compared")), "no distance")))  # fmt: skip
+    return report
+
+
+def first_line(text: str | None) -> str:
+    lines = (text or "").strip().splitlines()
+    return lines[0][:200] if lines else "no reason given"
+
+
+def compare_metrics(report: RowReport, cand: Row, base: Row, refs: tuple[Row | None, Row | None] | None,
+                    thresholds: Thresholds) -> None:  # fmt: skip
+    """Judges every metric the baseline row has: absolute figures, or ratios to each run's reference row."""
+    for metric in METRICS:
+        if metric.name not in base.metrics:
+            continue
+        if metric.name not in cand.metrics:
+            report.findings.append(Finding(report.runner, "regression", metric.name, f"{metric.label} is no longer measured",
+                                           f"{metric.label} gone"))
+            continue
+        if metric.memory and cand.metrics.get("mem_kind") != base.metrics.get("mem_kind"):
+            report.findings.append(Finding(report.runner, "note", metric.name,
+                                           f"{metric.label} not compared: {base.metrics.get('mem_kind')} memory then, "
+                                           f"{cand.metrics.get('mem_kind')} memory now"))  # fmt: skip
+            continue
+        c, b = Span.of(cand.metrics, metric.name), Span.of(base.metrics, metric.name)
+        if refs is not None:
+            if report.runner == REFERENCE:
+                continue  # its ratio to itself is 1 in both runs
+            ratios = ratio_spans(metric, c, b, *refs)
+            if isinstance(ratios, str):
+                report.findings.append(Finding(report.runner, "note", metric.name, f"{metric.label} not compared: {ratios}"))
+                continue
+            c, b = ratios
+        judge(report, metric, c, b, thresholds, ratio=refs is not None)
+
+
+def ratio_spans(metric: Metric, c: Span, b: Span, cand_ref: Row | None, base_ref: Row | None) -> tuple[Span, Span] | str:
+    """(candidate, baseline) as ratios to their own run's reference, or why they cannot be."""
+    out = []
+    for span, ref, which in ((c, cand_ref, "candidate"), (b, base_ref, "baseline")):
+        if ref is None:
+            return f"the {which} run has no measured {REFERENCE} row to take ratios to"
+        name = next((n for n in metric.ratio_to if n in ref.metrics), None)
+        if name is None or not ref.metrics[name] > 0:
+            return f"the {which} run's {REFERENCE} row has no {metric.ratio_to[0]}"
+        out.append(span.over(ref.metrics[name]))
+    return out[0], out[1]
+
+
+def judge(report: RowReport, metric: Metric, c: Span, b: Span, thresholds: Thresholds, ratio: bool) -> None:
+    """A change counts when beyond the threshold and outside the overlap of the two spreads."""
+    if not (b.mid > 0 and c.mid > 0):
+        return
+    change = c.mid / b.mid - 1
+    report.changes[metric.name] = change
+    threshold = thresholds.memory if metric.memory else thresholds.speed
+    if abs(change) <= threshold or c.overlaps(b):
+        return
+    worse = (change < 0) == metric.higher_is_better
+    unit = f"× {REFERENCE}" if ratio else metric.unit
+    spreads = (f"the runs' spreads ({b.lo:.3g}–{b.hi:.3g} then, {c.lo:.3g}–{c.hi:.3g} now)"
+               if b.lo < b.hi or c.lo < c.hi else "no spread measured")  # fmt: skip
+    message = f"{metric.label} {b.mid:.3g} → {c.mid:.3g} {unit} ({change:+.0%}), beyond {threshold:.0%}; {spreads}"
+    kind = "regression" if worse else "improvement"
+    report.findings.append(Finding(report.runner, kind, metric.name, message, metric.label, b.mid, c.mid, change))
+
+
+# ---- repeats --------------------------------------------------------------------------------------------------------
+
+
+def best_of(runs: list[ResultFile]) -> ResultFile:
+    """One run from repeats of one suite: per row and metric, the repeat with the best median (its spread with it),
+    so that a repeat slowed by a busy machine does not count; for correctness the worst (a failure or the largest
+    distance in any repeat), since a wrong answer is never noise."""
+    if not runs:
+        raise UserError("best-of needs at least one result file")
+    for other in runs[1:]:
+        check_comparable(other, runs[0], f"{other.run_id} vs {runs[0].run_id}")
+    runners = list(dict.fromkeys(r.runner for run in runs for r in run.rows))
+    rows = [best_row([r for run in runs for r in run.rows if r.runner == runner]) for runner in runners]
+    return runs[0].model_copy(update={
+        "run_id": f"{runs[0].run_id}-best-of-{len(runs)}",
+        "created_at": max(run.created_at for run in runs),
+        "complete": all(run.complete for run in runs),
+        "best_of": [run.run_id for run in runs],
+        "rows": rows,
+    })  # fmt: skip
+
+
+def best_row(repeats: list[Row]) -> Row:
+    bad = [r for r in repeats if r.status == "failed"] or [r for r in repeats if r.status == "skipped"]
+    if bad:
+        return bad[0].model_copy(deep=True)
+    row = repeats[0].model_copy(deep=True)
+    distances = [r.distance for r in repeats if r.distance is not None]
+    row.distance = max(distances) if distances else None
+    row.notes = list(dict.fromkeys(n for r in repeats for n in r.notes))
+    for metric in METRICS:
+        having = [r.metrics for r in repeats if metric.name in r.metrics]
+        if having:
+            pick = max if metric.higher_is_better else min
+            best = pick(having, key=lambda m: m[metric.name])
+            row.metrics.update({k: best[k] for k in (metric.name, f"{metric.name}_min", f"{metric.name}_max") if k in best})
+    return row
+
+
+# ---- showing --------------------------------------------------------------------------------------------------------
+
+STYLE = {"regression": "red", "improvement": "green", "new": "cyan", "note": "yellow", None: ""}
+
+
+def header(c: Comparison) -> str:
+    def side(info: RunInfo | None) -> str:
+        return "none" if info is None else f"{info.run_id} ({info.path})"
+
+    how = f"changes of each row's ratio to {REFERENCE} in its run ({c.why_ratios})" if c.ratios else "changes of absolute figures"
+    return f"[bold]{c.model}[/]: candidate {side(c.candidate)} vs baseline {side(c.baseline)}; {how}"
+
+
+def table(c: Comparison) -> Table:
+    """One line per row: the relative change of each metric (red: regression, green: improvement), the distance,
+    and the verdict with the status when it is not ok in both runs."""
+    shown = [m for m in METRICS if any(m.name in r.changes for r in c.rows)]
+    t = Table("runner", *(m.label for m in shown), "distance", "verdict", box=box.SIMPLE_HEAD, pad_edge=False)
+    t.columns[0].no_wrap = True
+    for row in c.rows:
+        kinds = {f.subject: f.kind for f in row.findings}
+        cells = [change_cell(row, m, kinds.get(m.name), c.ratios) for m in shown]
+        distance = Text("–" if row.distance is None else f"{row.distance:.2g}", style=STYLE.get(kinds.get("distance"), ""))
+        verdict = row.verdict
+        if row.baseline_status is None:
+            verdict += "" if row.candidate_status == "ok" else f" ({row.candidate_status})"
+        elif not row.baseline_status == row.candidate_status == "ok":
+            verdict += f" ({row.baseline_status} → {row.candidate_status or 'gone'})"
+        t.add_row(row.runner, *cells, distance, Text(verdict, style=VERDICT_STYLE.get(row.verdict, "dim")))
+    return t
+
+
+VERDICT_STYLE = {"regressed": "red", "improved": "green", "new": "cyan"}
+
+
+def change_cell(row: RowReport, metric: Metric, kind: str | None, ratios: bool) -> Text:
+    change = row.changes.get(metric.name)
+    if change is None:
+        return Text("ref" if ratios and row.runner == REFERENCE else "–", style="dim")
+    return Text(f"{change:+.0%}", style=STYLE.get(kind, "dim"))
+
+
+def finding_lines(c: Comparison) -> list[str]:
+    marks = {"regression": "✗", "improvement": "↑", "new": "+", "note": "·"}
+    lines = [f"  [yellow]·[/] {note}" for note in c.notes]
+    for row in c.rows:
+        for f in row.findings:
+            lines.append(f"  [{STYLE[f.kind]}]{marks[f.kind]} {f.kind}[/] {f.runner}: {f.message}")
+    return lines
+
+
+def verdict(report: Report) -> str:
+    """The one-line verdict."""
+    regressions, improvements = report.findings("regression"), report.findings("improvement")
+    if regressions:
+        listed = ", ".join(f"{f.runner} {f.label or f.subject}" for f in regressions[:6])
+        more = f" and {len(regressions) - 6} more" if len(regressions) > 6 else ""
+        return f"[bold red]FAIL[/]: {len(regressions)} regression(s): {listed}{more}"
+    rows = sum(1 for c in report.comparisons for r in c.rows if r.verdict != "new")
+    line = f"[bold green]PASS[/]: no regression in {rows} row(s)"
+    if improvements:
+        line += f"; {len(improvements)} improvement(s) beyond the thresholds: the baseline may be out of date"
+    return line

@@ -1,0 +1,140 @@
+"""What the page compares: the metrics it charts, the headline cards (Linnet against the stack it replaces), and the
+one function that turns two measured figures into a ratio. Every comparison is computed from the rows; the only
+stack names here are the card table's, which says which rows each card puts side by side."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from fnmatch import fnmatchcase
+
+from harness.results import Row
+from harness.site import numbers
+
+
+@dataclass(frozen=True)
+class Metric:
+    key: str  # the field of a row's metrics, e.g. "decode_tok_s"
+    title: str  # chart and column heading, e.g. "Decode speed"
+    unit: str  # e.g. "tok/s"
+    higher_is_better: bool  # a rate (True) or a cost: a time, a size (False)
+    better: str = "faster"  # the word for a ratio above 1 ...
+    worse: str = "slower"  # ... and below 1
+
+    @property
+    def direction(self) -> str:
+        return "higher is better" if self.higher_is_better else "lower is better"
+
+    @property
+    def name(self) -> str:
+        """The title in running text: "decode speed"."""
+        return self.title[0].lower() + self.title[1:]
+
+    def value(self, row: Row) -> float | None:
+        """The row's measured figure; None when the row did not run or did not measure it."""
+        return row.metrics.get(self.key) if row.status == "ok" else None
+
+    def ratio_of(self, row: Row) -> float | None:
+        """The figure when a ratio can be taken of it (positive), else None."""
+        value = self.value(row)
+        return value if value is not None and value > 0 else None
+
+
+TTFT = Metric("ttft_ms", "Time to first token", "ms", higher_is_better=False)
+DECODE = Metric("decode_tok_s", "Decode speed", "tok/s", higher_is_better=True)
+SERVING = Metric("serving_tok_s", "Serving throughput", "tok/s", higher_is_better=True)
+SERVING_TTFT = Metric("serving_ttft_ms", "Serving time to first token", "ms", higher_is_better=False)
+LOAD = Metric("load_s", "Load time", "s", higher_is_better=False)
+FIRST_CALL = Metric("first_call_s", "First call", "s", higher_is_better=False)
+MEMORY = Metric("peak_mem_gib", "Peak memory", "GiB", higher_is_better=False, better="smaller", worse="larger")
+
+# One chart per metric, in page order; the table shows first-call time beside load time.
+CHARTED = (TTFT, DECODE, SERVING, SERVING_TTFT, LOAD, MEMORY)
+TABLED = (TTFT, DECODE, SERVING, SERVING_TTFT, LOAD, FIRST_CALL, MEMORY)
+
+
+@dataclass(frozen=True)
+class Card:
+    title: str  # what is compared, the card's heading
+    metric: Metric  # the figure compared
+    against: str  # runner id of the other side
+    runners: str = "*"  # glob over runner ids of Linnet's side; its fastest matching row stands for it
+    peer: str | None = None  # when set, Linnet's side is only rows whose peer is this runner id
+    as_change: bool = False  # an export against the original checkpoint in the same engine: a signed percentage
+
+
+CARDS = (
+    Card("vs vLLM, one request", DECODE, against="vllm", runners="linnet-*"),
+    Card("vs the reference, in PyTorch", DECODE, against="transformers-compiled", peer="transformers-compiled"),
+    Card("vs KerasHub, in JAX", DECODE, against="kerashub", peer="kerashub"),
+    Card("exported to vLLM, SGLang, TGI", DECODE, against="vllm", runners="vllm-linnet-export", as_change=True),
+    Card("vs vLLM, serving", SERVING, against="serve-vllm", runners="serve-linnet-*"),
+    Card("exported, serving", SERVING, against="serve-vllm", runners="serve-vllm-linnet-export", as_change=True),
+    Card("vs vLLM, behind Triton", SERVING, against="serve-triton-vllm", runners="serve-triton-linnet"),
+)
+
+
+@dataclass(frozen=True)
+class Comparison:
+    metric: Metric  # what was compared
+    ours: Row  # Linnet's side
+    theirs: Row  # the other side
+    ratio: float  # how many times better ours is (see advantage)
+    as_change: bool  # written as a percentage change rather than a multiple
+
+    @property
+    def verdict(self) -> str:
+        """The card's headline: "1.49× faster", "0.57× (slower)", "−27.9% slower"."""
+        if self.as_change:
+            return f"{numbers.change(self.ratio)} {self.metric.better if self.ratio >= 1 else self.metric.worse}"
+        if self.ratio >= 1:
+            return f"{numbers.times(self.ratio)} {self.metric.better}"
+        return f"{numbers.times(self.ratio)} ({self.metric.worse})"  # 0.57 times the other's speed
+
+    @property
+    def against_text(self) -> str:
+        """The table's column: "0.57× transformers, compiled", "−27.9% from vLLM"."""
+        if self.as_change:
+            return f"{numbers.change(self.ratio)} from {self.theirs.label}"
+        return f"{numbers.times(self.ratio)} {self.theirs.label}"
+
+
+def advantage(ours: float, theirs: float, metric: Metric) -> float:
+    """How many times better ours is: ours/theirs for a rate, theirs/ours for a time or a size (above 1: ours wins)."""
+    return ours / theirs if metric.higher_is_better else theirs / ours
+
+
+def best_row(rows: list[Row], metric: Metric) -> Row | None:
+    """The row with the best measured value of the metric, or None when none measured it."""
+    measured = [r for r in rows if metric.value(r) is not None]
+    if not measured:
+        return None
+    pick = max if metric.higher_is_better else min
+    return pick(measured, key=metric.value)
+
+
+def selects(card: Card, row: Row) -> bool:
+    """Whether the row may stand for Linnet's side of the card."""
+    return row.runner != card.against and fnmatchcase(row.runner, card.runners) and card.peer in (None, row.peer)
+
+
+def headline(card: Card, rows: list[Row]) -> Comparison | None:
+    """The card's comparison: the best selected row against the card's other side; None when either was not measured."""
+    theirs = next((r for r in rows if r.runner == card.against and card.metric.ratio_of(r)), None)
+    ours = best_row([r for r in rows if selects(card, r) and card.metric.ratio_of(r)], card.metric)
+    if theirs is None or ours is None:
+        return None
+    ratio = advantage(card.metric.ratio_of(ours), card.metric.ratio_of(theirs), card.metric)
+    return Comparison(card.metric, ours, theirs, ratio, card.as_change)
+
+
+def against_peer(row: Row, rows: list[Row]) -> Comparison | None:
+    """The row against the stack its `peer` field names, on its headline speed (serving throughput for a serving
+    row, decode speed otherwise); None without a peer or when either side lacks the figure."""
+    if row.peer is None:
+        return None
+    metric = SERVING if SERVING.key in row.metrics else DECODE
+    peer = next((r for r in rows if r.runner == row.peer), None)
+    if peer is None or metric.ratio_of(row) is None or metric.ratio_of(peer) is None:
+        return None
+    as_change = any(card.as_change and card.against == row.peer and selects(card, row) for card in CARDS)
+    return Comparison(metric, row, peer, advantage(metric.ratio_of(row), metric.ratio_of(peer), metric), as_change)

@@ -1,0 +1,265 @@
+"""The page objects: plain view models built from the loaded context, holding only text, links and figures, so the
+templates hold no computation. A model page shows, for each machine, its latest run: the machine and protocol,
+the headline cards, one chart per metric (charts.py), every number and what was not measured (table.py), and the
+history of the runs; the index shows every model's latest runs with their headline figures."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from harness.registry import ModelEntry
+from harness.results import ResultFile
+from harness.site import numbers
+from harness.site.charts import ChartView, history_charts, metric_chart, metric_title
+from harness.site.comparisons import CARDS, CHARTED, DECODE, SERVING, TTFT, Comparison, best_row, headline
+from harness.site.context import LoadedRun, ModelRuns, machine_name
+from harness.site.table import Table, Unmeasured, numbers_table, unmeasured
+from runners import REFERENCE
+
+DATA_DIR = "data"  # raw result files are copied to OUT/data/<model>/<file>
+# The index's figures of a run: the best row of each of these metrics.
+HEADLINE_FIGURES = (
+    ("fastest decode", DECODE),
+    ("lowest time to first token", TTFT),
+    ("best serving throughput", SERVING),
+)
+# Package versions worth naming first, in the published page's order, with the names people know them by.
+VERSION_NAMES = {
+    "linnet": "Linnet", "torch": "PyTorch", "jax": "JAX", "transformers": "transformers", "diffusers": "diffusers",
+    "onnxruntime": "ONNX Runtime", "onnxruntime-gpu": "ONNX Runtime GPU", "tensorrt": "TensorRT", "vllm": "vLLM",
+    "llama_cpp_python": "llama-cpp-python", "keras-hub": "KerasHub", "keras": "Keras", "tensorflow": "TensorFlow",
+}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Link:
+    label: str
+    href: str
+
+
+@dataclass(frozen=True)
+class CardBar:
+    label: str  # the row's name
+    value: str  # its figure, e.g. "1,055 tok/s"
+    width: float  # percent of the card's width: the larger figure fills it
+    ours: bool  # Linnet's side
+
+
+@dataclass(frozen=True)
+class CardView:
+    title: str  # "vs vLLM, one request"
+    verdict: str  # "1.49× faster"
+    metric: str  # "decode speed"
+    wins: bool  # Linnet's side is ahead
+    bars: tuple[CardBar, CardBar]  # Linnet's side, then the other
+
+
+@dataclass(frozen=True)
+class RunView:
+    anchor: str  # element id of the run's section
+    machine: str  # the machine's name
+    machine_line: str  # machine · workload · protocol · date
+    setup_line: str  # profile, dtype, device, weights
+    versions_line: str  # package versions, Python, driver
+    synthetic: bool  # measured on synthetic weights
+    complete: bool  # False when the run was cut short
+    download: Link  # the raw result file
+    cards: tuple[CardView, ...]
+    cards_left_out: str | None  # one line naming the cards whose rows were not measured
+    distance_note: str  # what the distance column means for this dtype
+    charts: tuple[ChartView, ...]
+    charts_left_out: str | None  # one line naming the metrics no row measured
+    table: Table
+    unmeasured: tuple[Unmeasured, ...]
+    history: tuple[ChartView, ...]  # headline metrics over the runs on this machine (two runs or more)
+    earlier: tuple[Link, ...]  # every run on this machine, newest first, for download (when there are several)
+
+
+@dataclass(frozen=True)
+class ModelPage:
+    model: str  # model id
+    file: str  # path under OUT, e.g. "models/qwen2-tiny.html"
+    title: str
+    description: str
+    facts: tuple[str, ...]  # parameters, family, license, task, tags
+    links: tuple[Link, ...]
+    registry: tuple[tuple[str, str], ...]  # the registry entry's architecture, as (name, value)
+    runs: tuple[RunView, ...]  # the latest run of each machine, newest first
+
+    @property
+    def several_machines(self) -> bool:
+        return len(self.runs) > 1
+
+
+@dataclass(frozen=True)
+class IndexRun:
+    machine: str
+    measured: str  # when the run started, e.g. "2026-09-28 17:31 UTC"
+    setup: str  # profile, dtype, weights
+    figures: tuple[tuple[str, str, str], ...]  # (what, value, row label): fastest decode, lowest TTFT, best serving
+    verdicts: tuple[str, ...]  # "vs vLLM, one request: 1.49× faster"
+    href: str  # the model page's section of this run
+
+
+@dataclass(frozen=True)
+class IndexEntry:
+    title: str
+    model: str
+    href: str
+    description: str
+    facts: tuple[str, ...]
+    runs: tuple[IndexRun, ...]
+
+
+def data_file(run: LoadedRun) -> str:
+    """Where the raw result file is copied, relative to OUT."""
+    return f"{DATA_DIR}/{run.result.model}/{run.path.name}"
+
+
+def model_file(model: str) -> str:
+    return f"models/{model}.html"
+
+
+def run_anchor(result: ResultFile) -> str:
+    return f"run-{re.sub(r'[^A-Za-z0-9_-]', '-', result.run_id)}"
+
+
+# ----- the model page -----
+
+
+def model_page(model: ModelRuns) -> ModelPage:
+    entry = model.entry
+    runs = tuple(run_view(runs[-1], runs, index) for index, runs in enumerate(model.by_machine().values()))
+    if entry is None:
+        return ModelPage(model.model, model_file(model.model), model.model,
+                         "A model this bench's registry does not know; only its result files are shown.",
+                         (), (), (), runs)  # fmt: skip
+    links = tuple(Link(label, href) for label, href in entry.links.items()) + (Link("Registry entry", "#registry"),)
+    return ModelPage(model.model, model_file(model.model), entry.title, entry.description, facts(entry), links,
+                     registry_facts(entry), runs)  # fmt: skip
+
+
+def facts(entry: ModelEntry) -> tuple[str, ...]:
+    return (f"{numbers.parameters(entry.parameters)} parameters", entry.family, entry.license, entry.task, *entry.tags)
+
+
+def registry_facts(entry: ModelEntry) -> tuple[tuple[str, str], ...]:
+    pairs = [("id", entry.id), *(("alias", a) for a in entry.aliases)]
+    if entry.hf_id:
+        pairs.append(("Hugging Face repository", entry.hf_id))
+    pairs.append(("checkpoint dtype", entry.checkpoint_dtype))
+    pairs += [(name, str(value)) for name, value in vars(entry.config).items()]
+    return tuple(pairs)
+
+
+def run_view(run: LoadedRun, machine_runs: tuple[LoadedRun, ...], index: int) -> RunView:
+    """The page's section for one machine: its latest run, with the history of all its runs."""
+    result = run.result
+    rows = result.rows
+    comparisons = [(card, headline(card, rows)) for card in CARDS]
+    not_compared = "; ".join(card.title for card, c in comparisons if c is None)
+    charts = [chart for metric in CHARTED if (chart := metric_chart(metric, result, f"chart-{index}-{metric.key}"))]
+    unmeasured_metrics = [m for m in CHARTED if all(m.value(r) is None for r in rows)]
+    not_charted = ", ".join(metric_title(m, rows).lower() for m in unmeasured_metrics)
+    every_run = [Link(f"{r.result.created_at} ({r.path.name})", f"../{data_file(r)}") for r in reversed(machine_runs)]
+    return RunView(
+        anchor=run_anchor(result),
+        machine=run.machine,
+        machine_line=machine_line(result),
+        setup_line=setup_line(result),
+        versions_line=versions_line(result),
+        synthetic=result.weights == "synthetic",
+        complete=result.complete,
+        download=Link(run.path.name, f"../{data_file(run)}"),
+        cards=tuple(card_view(card.title, c) for card, c in comparisons if c is not None),
+        cards_left_out=f"Not shown, since their rows were not measured in this run: {not_compared}."
+        if not_compared
+        else None,
+        distance_note=distance_note(result),
+        charts=tuple(charts),
+        charts_left_out=f"No row measured {not_charted}." if not_charted else None,
+        table=numbers_table(result),
+        unmeasured=tuple(unmeasured(r) for r in rows if r.status != "ok"),
+        history=history_charts(machine_runs, index),
+        earlier=tuple(every_run) if len(every_run) > 1 else (),
+    )
+
+
+def machine_line(result: ResultFile) -> str:
+    """The machine and protocol: "NVIDIA H100 80GB HBM3 · 512 prompt tokens, 128 new · batch 1 · median of 10 runs
+    after 3 warm-ups · measured 2026-09-28T17:31:05+00:00"."""
+    w = result.workload
+    return " · ".join([
+        machine_name(result),
+        f"{w.get('prompt_tokens')} prompt tokens, {w.get('new_tokens')} new",
+        f"batch {w.get('batch', 1)}",
+        f"median of {numbers.count(w.get('runs', 0), 'run')} after {numbers.count(w.get('warmups', 0), 'warm-up')}",
+        f"measured {result.created_at}",
+    ])  # fmt: skip
+
+
+def setup_line(result: ResultFile) -> str:
+    p = result.protocol
+    weights = (
+        "synthetic weights (seeded, of the model's exact shapes)"
+        if result.weights == "synthetic"
+        else f"weights from {result.weights}"
+    )
+    return f"profile {p.get('profile', '?')} · {p.get('dtype', '?')} on {p.get('device', '?')} · {weights}"
+
+
+def versions_line(result: ResultFile) -> str:
+    """Package versions, known stacks first, then the rest, Python and the driver: "Linnet 0.1.0, PyTorch 2.14.0, …,
+    Python 3.12.3, driver 580.126.09"."""
+    versions = dict(result.machine.get("versions", {}))
+    python = versions.pop("python", None)
+    known = [f"{name} {versions.pop(key)}" for key, name in VERSION_NAMES.items() if key in versions]
+    parts = known + [f"{key} {value}" for key, value in versions.items()]
+    parts += [f"Python {python}"] if python else []
+    parts += [f"driver {result.machine['driver']}"] if result.machine.get("driver") else []
+    parts += [f"CUDA {result.machine['cuda']}"] if result.machine.get("cuda") else []
+    return ", ".join(parts)
+
+
+def card_view(title: str, comparison: Comparison) -> CardView:
+    ours, theirs, metric = comparison.ours, comparison.theirs, comparison.metric
+    values = (metric.value(ours), metric.value(theirs))
+    top = max(values)
+    bars = tuple(
+        CardBar(row.label, numbers.with_unit(value, metric.unit), 100 * value / top, row is ours)
+        for row, value in zip((ours, theirs), values)
+    )
+    return CardView(title, comparison.verdict, metric.name, comparison.ratio >= 1, bars)
+
+
+def distance_note(result: ResultFile) -> str:
+    reference = next((r.label for r in result.rows if r.runner == REFERENCE), REFERENCE)
+    dtype = result.protocol.get("dtype", "")
+    text = (
+        "Each row also carries its distance from reference: the largest absolute difference between its logits and "
+        f"those of {reference} (the reference) on the same input, through the cache path. "
+    )
+    why = "it is there so that a fast wrong answer cannot look like a win."
+    if dtype == "f32":
+        return f"{text}In f32 a correct path stays within about 1e-4; {why}"
+    return (
+        f"{text}{dtype} outputs differ by rounding (about 0.1 on logits near 16), so a small number is expected; {why}"
+    )
+
+
+# ----- the index -----
+
+
+def index_entry(model: ModelRuns, page: ModelPage) -> IndexEntry:
+    runs = []
+    for machine, machine_runs in model.by_machine().items():
+        result = machine_runs[-1].result
+        figures = []
+        for what, metric in HEADLINE_FIGURES:
+            if (row := best_row(result.rows, metric)) is not None:
+                figures.append((what, numbers.with_unit(metric.value(row), metric.unit), row.label))
+        verdicts = tuple(f"{card.title}: {c.verdict}" for card in CARDS if (c := headline(card, result.rows)))
+        runs.append(IndexRun(machine, numbers.when(result.created_at), setup_line(result), tuple(figures), verdicts,
+                             f"{page.file}#{run_anchor(result)}"))  # fmt: skip
+    return IndexEntry(page.title, model.model, page.file, page.description, page.facts, tuple(runs))

@@ -1,0 +1,86 @@
+"""The "Every number" table of a run, grouped by section, and the list of rows that were skipped or failed."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from harness.results import ResultFile, Row
+from harness.site import numbers
+from harness.site.charts import hover_lines, in_page_order, metric_title
+from harness.site.comparisons import FIRST_CALL, TABLED, Metric, against_peer
+from runners import REFERENCE
+
+
+@dataclass(frozen=True)
+class Cell:
+    text: str
+    hint: str | None = None  # shown on hover: spread and number of runs
+    extra: bool = False  # beyond the published page's columns
+
+
+@dataclass(frozen=True)
+class TableSection:
+    name: str  # the page section, e.g. "PyTorch"
+    rows: tuple[tuple[Cell, ...], ...]
+
+
+@dataclass(frozen=True)
+class Table:
+    headers: tuple[Cell, ...]
+    sections: tuple[TableSection, ...]
+
+    @property
+    def width(self) -> int:
+        return len(self.headers)
+
+
+@dataclass(frozen=True)
+class Unmeasured:
+    label: str  # the row's name
+    group: str  # its section
+    status: str  # "skipped" or "failed"
+    reason: str  # the reason in one line
+    detail: str | None  # the whole reason when it is longer (a failed child's stderr tail)
+
+
+def numbers_table(result: ResultFile) -> Table:
+    rows = result.rows
+    headers = (Cell("Method"), *(Cell(metric_title(m, rows), extra=m is FIRST_CALL) for m in TABLED),
+               Cell("Against the stack it replaces"), Cell("Distance from reference"), Cell("Notes"))  # fmt: skip
+    measured = [r for r in in_page_order(rows) if r.status == "ok"]
+    sections = []
+    for group in dict.fromkeys(r.group for r in measured):
+        sections.append(TableSection(group, tuple(table_row(r, result) for r in measured if r.group == group)))
+    return Table(headers, tuple(sections))
+
+
+def table_row(row: Row, result: ResultFile) -> tuple[Cell, ...]:
+    comparison = against_peer(row, result.rows)
+    if row.runner == REFERENCE:
+        distance = "0 (the reference)" if row.distance == 0 else numbers.distance(row.distance) + " (the reference)"
+    else:
+        distance = numbers.distance(row.distance)
+    return (
+        Cell(row.label),
+        *(metric_cell(row, m, result) for m in TABLED),
+        Cell(comparison.against_text if comparison else ""),
+        Cell(distance),
+        Cell("; ".join(row.notes)),
+    )
+
+
+def metric_cell(row: Row, metric: Metric, result: ResultFile) -> Cell:
+    """The figure, or a dash; its hint is the chart's hover text without the row's name."""
+    value = metric.value(row)
+    if value is None:
+        return Cell(numbers.DASH, extra=metric is FIRST_CALL)
+    hint = " · ".join(hover_lines(row, metric, result)[1:])
+    return Cell(numbers.with_unit(value, metric.unit), hint=hint, extra=metric is FIRST_CALL)
+
+
+def unmeasured(row: Row) -> Unmeasured:
+    """A skipped row's reason is one line; a failed one's is a stderr tail, summed up by its last line (the error)."""
+    reason = (row.reason or "no reason recorded").strip()
+    lines = [line for line in reason.splitlines() if line.strip()]
+    summary = lines[-1].strip() if row.status == "failed" else lines[0]
+    return Unmeasured(row.label, row.group, row.status, summary, reason if len(lines) > 1 else None)

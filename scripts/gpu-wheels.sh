@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# Downloads (here, where pip reaches the registry) the wheels the lent H200 lacks for the GPU suite, into .whl/
+# (ignored by git; carried to the device with `carry: [".whl"]`). The H200's image runs Python 3.12 and has
+# torch, JAX, ONNX Runtime, transformers, typer, rich, psutil, safetensors and nvidia-ml-py; not pydantic.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+mkdir -p .whl
+for spec in pydantic==2.14.4 pydantic-core==2.50.5 annotated-types==0.8.0 typing-inspection==0.4.5; do
+  python3 -m pip download --quiet --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+    --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
+    --platform any -d .whl "$spec"
+done
+ls -l .whl

@@ -19,7 +19,9 @@ class CompileOptions:
 
 
 # target name -> "module:function"
-TARGETS: dict[str, str] = {}
+TARGETS: dict[str, str] = {
+    "onnx": "linnet_core.emit_onnx:write_onnx",
+}
 
 
 def compile_function(target: str):

@@ -29,6 +29,12 @@ RUNNERS: dict[str, RunnerInfo] = {
     for r in (
         RunnerInfo("transformers", "runners.transformers_eager", "transformers", "PyTorch"),
         RunnerInfo("transformers-compiled", "runners.transformers_compiled", "transformers, compiled", "PyTorch"),
+        RunnerInfo("linnet-ort-f32", "runners.linnet_ort", "Linnet, ONNX Runtime f32", "ONNX Runtime and TensorRT"),
+        RunnerInfo("linnet-ort-f16", "runners.linnet_ort", "Linnet, ONNX Runtime f16", "ONNX Runtime and TensorRT"),
+        RunnerInfo("linnet-ort-bf16", "runners.linnet_ort", "Linnet, ONNX Runtime bf16", "ONNX Runtime and TensorRT"),
+        RunnerInfo("linnet-trt-f32", "runners.linnet_trt", "Linnet, TensorRT f32", "ONNX Runtime and TensorRT"),
+        RunnerInfo("linnet-trt-f16", "runners.linnet_trt", "Linnet, TensorRT f16", "ONNX Runtime and TensorRT"),
+        RunnerInfo("linnet-trt-bf16", "runners.linnet_trt", "Linnet, TensorRT bf16", "ONNX Runtime and TensorRT"),
         RunnerInfo("serve-vllm", "runners.serve_vllm", "vLLM", "Serving many requests", kind="serving"),
         RunnerInfo("serve-linnet-cudagraphs", "runners.serve_linnet:CudaGraphs", "linnet.serve, CUDA graphs", "Serving many requests", "serve-vllm", "serving"),
         RunnerInfo("serve-linnet-xla", "runners.serve_linnet:Xla", "linnet.serve, XLA", "Serving many requests", "serve-vllm", "serving"),

@@ -1,0 +1,398 @@
+"""The ONNX emitter: Linnet's model description rendered node by node with onnx.helper into one ONNX graph that
+serves prefill and decode alike, with its static KV cache as an input and an output (the `onnx` compile target).
+
+One graph, two shapes: prefill runs it with B = 1 batch entry and T = the prompt's tokens, decode with B = every
+cache row and T = 1, so one session loads the weights once. Its inputs and outputs:
+
+    tokens          int64 [B, T]                  token ids
+    positions       int64 [B, T]                  their positions in their rows
+    rows            int64 [B]                     the cache row each batch entry reads and writes
+    cache           dtype [R, L, 2, KV, P, D]     rows x layers x (k, v) x kv heads x positions x head dim
+  ->
+    next_tokens     int64 [B, 1]                  greedy argmax at the last position: the next step's tokens
+    next_positions  int64 [B, 1]                  the last position + 1: the next step's positions
+    logits          f32   [B, V]                  the last position's logits (read only when scoring)
+    cache_out       dtype [R, L, 2, KV, P, D]     the cache with this call's keys and values written in
+
+Nothing grows or is concatenated onto the cache: each layer scatters its new keys and values into its rows' slice
+at their positions and attends over all P positions masked to those <= the query's (stale entries of an earlier
+sequence in the row are never read); one ScatterND writes every layer's new entries into cache_out. The tied
+embedding is one initializer, read by the prologue's Gather and by the head's Gemm (transB).
+
+Values are [B, T, ...] throughout and every Reshape uses only 0 (keep) and -1 (infer), so the graph has no Shape
+nodes: everything can stay on a GPU (and be captured as a CUDA graph)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import ml_dtypes
+import numpy as np
+import onnx
+from onnx import TensorProto, helper
+
+from linnet_core.checkpoint import load_weights
+from linnet_core.graph import Decoder, Op
+from linnet_core.targets import CompileOptions
+
+OPSET = 21  # ONNX Runtime >= 1.18 and TensorRT 10 read it
+IR_VERSION = 10
+MODEL_FILE = "model.onnx"
+DATA_FILE = "model.onnx.data"  # external data: the 0.5B f32 weights exceed protobuf's 2 GB limit
+
+# Linnet dtype name -> (ONNX element type, numpy dtype)
+DTYPES = {
+    "f32": (TensorProto.FLOAT, np.dtype(np.float32)),
+    "f16": (TensorProto.FLOAT16, np.dtype(np.float16)),
+    "bf16": (TensorProto.BFLOAT16, np.dtype(ml_dtypes.bfloat16)),
+}
+F32 = TensorProto.FLOAT
+I64 = TensorProto.INT64
+
+
+class GraphBuilder:
+    """The nodes and initializers of one graph. Values are named `<scope><name>` ("layers.3.scores"), made unique."""
+
+    def __init__(self):
+        self.nodes: list[onnx.NodeProto] = []
+        self.initializers: dict[str, TensorProto] = {}
+        self.scope = ""
+        self.taken: set[str] = set()
+
+    def fresh(self, name: str) -> str:
+        name, n = self.scope + name, 1
+        candidate = name
+        while candidate in self.taken:
+            n += 1
+            candidate = f"{name}.{n}"
+        self.taken.add(candidate)
+        return candidate
+
+    def op(
+        self, op_type: str, *inputs: str, name: str | None = None, out: str | None = None, doc: str = "", **attrs
+    ) -> str:
+        """Adds one node; returns its output (named `out` exactly, or `name` in the current scope)."""
+        output = out or self.fresh(name or op_type.lower())
+        self.taken.add(output)
+        self.nodes.append(helper.make_node(op_type, list(inputs), [output], name=output, doc_string=doc, **attrs))
+        return output
+
+    def tensor(self, name: str, array: np.ndarray, elem_type: int, doc: str = "") -> str:
+        """An initializer from an array already in its ONNX dtype; added once per name."""
+        if name in self.initializers:
+            t = self.initializers[name]
+            assert t.raw_data == np.ascontiguousarray(array).tobytes() and list(t.dims) == list(array.shape), name
+        else:
+            t = TensorProto(
+                name=name, data_type=elem_type, dims=array.shape, raw_data=np.ascontiguousarray(array).tobytes()
+            )
+            t.doc_string = doc
+            self.initializers[name] = t
+            self.taken.add(name)
+        return name
+
+    def const(self, value, dtype=np.int64, name: str = "") -> str:
+        """A small constant (shapes, axes, indices, eps), named by its value."""
+        array = np.asarray(value, dtype=dtype)
+        elem = {np.dtype(np.int64): I64, np.dtype(np.float32): F32}[array.dtype]
+        label = name or "_".join(str(v) for v in array.ravel()[:8]).replace("-", "m")
+        shape = "x".join(map(str, array.shape)) or "scalar"
+        return self.tensor(f"const.{array.dtype.name}.{shape}.{label}", array, elem)
+
+
+class OnnxEmitter:
+    """Renders a Decoder as one ONNX model in one compute dtype, over a cache of `rows` x `max_positions`."""
+
+    def __init__(self, decoder: Decoder, dtype: str, rows: int, max_positions: int):
+        assert dtype in DTYPES, dtype
+        self.decoder, self.config = decoder, decoder.config
+        self.dtype, (self.elem, self.np_dtype) = dtype, DTYPES[dtype]
+        self.rows, self.max_positions = rows, max_positions
+        c = self.config
+        self.cache_shape = [rows, c.num_hidden_layers, 2, c.num_key_value_heads, max_positions, c.head_dim]
+        self.g = GraphBuilder()
+
+    # ---- the whole graph ---------------------------------------------------------------------------------
+
+    def build(self, tensors: dict[str, np.ndarray]) -> onnx.ModelProto:
+        """tensors: the checkpoint's arrays by Hugging Face name (any float dtype)."""
+        self.tensors, self.hf_names = tensors, self.decoder.hf_names()
+        self.new_kv: list[str] = []  # per layer: k, v [B, 1, 1, KV, T, D], written into cache_out at the end
+        env = {"tokens": "tokens", "positions": "positions"}
+        self.render(self.decoder.prologue, env, {w.name: w.name for w in self.decoder.global_weights})
+        for layer in range(self.config.num_hidden_layers):
+            self.layer, self.g.scope = layer, f"layers.{layer}."
+            names = {rel: w.name for rel, w in self.decoder.weights_of_layer(layer).items()}
+            self.render(self.decoder.block, env, names)
+        self.g.scope = ""
+        # The epilogue's argmax is at the last position ("at": "last"): only that position needs the final norm
+        # and the head. x [B, T, H] -> [B, H]
+        env["x"] = self.g.op("Gather", env["x"], self.g.const(-1), axis=1, name="x_last")
+        self.render(self.decoder.epilogue, env, {w.name: w.name for w in self.decoder.global_weights})
+        self.write_cache()
+        last = self.g.op(
+            "Slice", "positions", self.g.const([-1]), self.g.const([2**62]), self.g.const([1]), name="last_position"
+        )
+        self.g.op("Add", last, self.g.const([[1]]), out="next_positions", doc="[B, 1]")
+        return self.model()
+
+    def render(self, ops: tuple[Op, ...], env: dict[str, str], weight_names: dict[str, str]) -> None:
+        """Each op reads env's values and its weights, and (re)defines its outputs in env."""
+        for op in ops:
+            outs = getattr(self, op.kind)(op, *(env[i] for i in op.inputs), *(weight_names[w] for w in op.weights))
+            env.update(zip(op.out, outs if isinstance(outs, tuple) else (outs,)))
+
+    def model(self) -> onnx.ModelProto:
+        c, dt = self.config, self.elem
+        inputs = [
+            helper.make_tensor_value_info("tokens", I64, ["B", "T"]),
+            helper.make_tensor_value_info("positions", I64, ["B", "T"]),
+            helper.make_tensor_value_info("rows", I64, ["B"]),
+            helper.make_tensor_value_info("cache", dt, self.cache_shape),
+        ]
+        outputs = [
+            helper.make_tensor_value_info("next_tokens", I64, ["B", 1]),
+            helper.make_tensor_value_info("next_positions", I64, ["B", 1]),
+            helper.make_tensor_value_info("logits", F32, ["B", c.vocab_size]),
+            helper.make_tensor_value_info("cache_out", dt, self.cache_shape),
+        ]
+        graph = helper.make_graph(self.g.nodes, "linnet_decoder", inputs, outputs, list(self.g.initializers.values()))
+        model = helper.make_model(
+            graph, opset_imports=[helper.make_opsetid("", OPSET)], ir_version=IR_VERSION, producer_name="linnet",
+            doc_string=f"Linnet {self.dtype} decoder: one graph for prefill (B=1, T=prompt) and decode (B=rows, T=1)",
+        )  # fmt: skip
+        helper.set_model_props(model, {
+            "linnet.dtype": self.dtype,
+            "linnet.rows": str(self.rows),
+            "linnet.max_positions": str(self.max_positions),
+            "linnet.cache_layout": "rows, layers, k/v, kv_heads, positions, head_dim",
+        })  # fmt: skip
+        return model
+
+    # ---- weights and dtypes --------------------------------------------------------------------------------
+
+    def weight(self, name: str, transpose: bool = False) -> str:
+        """The initializer of a Linnet weight in the compute dtype, created on first use (so each is stored once);
+        linear weights are stored transposed, [in, out], for MatMul."""
+        doc = "stored transposed: [in, out]" if transpose else ""
+        if name in self.g.initializers:
+            assert self.g.initializers[name].doc_string == doc, f"{name} is read in two layouts"
+            return name
+        array = np.asarray(self.tensors[self.hf_names[name]]).astype(np.float32).astype(self.np_dtype)
+        return self.g.tensor(name, array.T if transpose else array, self.elem, doc)
+
+    def cast(self, x: str, elem: int, name: str) -> str:
+        """x cast to elem; nothing when it already is (the f32 graph has no casts)."""
+        if self.elem == F32:
+            return x
+        return self.g.op("Cast", x, to=elem, name=name)
+
+    # ---- one method per op kind ------------------------------------------------------------------------------
+
+    def embed(self, op: Op, tokens: str, table: str) -> str:
+        # tokens [B, T] -> x [B, T, H]: rows of the embedding (the same initializer the tied head reads)
+        return self.g.op("Gather", self.weight(table), tokens, axis=0, name="x", doc=op.shape)
+
+    def rms_norm(self, op: Op, x: str, weight: str) -> str:
+        """x / sqrt(mean(x^2) + eps) * weight. The statistics are taken in f32 inside f16/bf16 graphs, as
+        transformers does: squares of f16 activations overflow past 256 and their mean loses digits; the
+        normalised value is cast back and scaled in the compute dtype."""
+        g = self.g
+        x32 = self.cast(x, F32, "norm_in_f32")
+        square = g.op("Pow", x32, g.const(2.0, np.float32), name="square")
+        mean_square = g.op("ReduceMean", square, g.const([-1]), keepdims=1, name="mean_square")  # [B, T, 1]
+        var_eps = g.op("Add", mean_square, g.const(op.attrs["eps"], np.float32, "eps"), name="var_eps")
+        rms = g.op("Sqrt", var_eps, name="rms")
+        normed = self.cast(g.op("Div", x32, rms, name="normed"), self.elem, "normed_cast")
+        return g.op("Mul", normed, self.weight(weight), name=op.out[0], doc=op.shape)
+
+    def linear(self, op: Op, x: str, weight: str, bias: str | None = None) -> str:
+        # x [B, T, in] @ W.T [in, out] (+ b) -> [B, T, out]
+        y = self.g.op("MatMul", x, self.weight(weight, transpose=True), name=f"{op.out[0]}_matmul", doc=op.shape)
+        return self.g.op("Add", y, self.weight(bias), name=op.out[0], doc=op.shape) if bias else y
+
+    def rope(self, op: Op, q: str, k: str, positions: str) -> tuple[str, str]:
+        """x * cos + rotate_half(x) * sin on each head, rotate_half(x) = [-x2, x1] for the halves x1, x2 of its D.
+        Rendered as x * cos + [x2, x1] * [-sin, sin]: one Gather swaps the halves, the sign lives in the table.
+
+        q [B, T, NQ*D], k [B, T, KV*D] -> as heads [B, T, NQ, D], [B, T, KV, D], rotated by their positions"""
+        d = op.attrs["head_dim"]
+        cos, signed_sin = self.rope_tables(positions, d, op.attrs["theta"])
+        swap = self.g.const(np.r_[np.arange(d // 2, d), np.arange(d // 2)], name="swap_halves")
+        out = []
+        for x, heads, name in ((q, op.attrs["heads"], "q"), (k, op.attrs["kv_heads"], "k")):
+            x = self.g.op("Reshape", x, self.g.const([0, 0, heads, d]), name=f"{name}_heads")
+            swapped = self.g.op("Gather", x, swap, axis=-1, name=f"{name}_swapped")
+            x_cos = self.g.op("Mul", x, cos, name=f"{name}_cos")
+            swapped_sin = self.g.op("Mul", swapped, signed_sin, name=f"{name}_sin")
+            out.append(self.g.op("Add", x_cos, swapped_sin, name=f"{name}_roped"))
+        return out[0], out[1]
+
+    def rope_tables(self, positions: str, d: int, theta: float) -> tuple[str, str]:
+        """cos and [-sin, sin] of the halves, [B, T, 1, D], once per graph: the angles in f32 as transformers
+        computes them, then cast to the compute dtype."""
+        g = self.g
+
+        def make():
+            inv_freq = 1.0 / (theta ** (np.arange(0, d, 2, dtype=np.int64).astype(np.float32) / d))  # [D/2]
+            pos = g.op("Cast", positions, to=F32, name="positions_f32")
+            pos = g.op("Unsqueeze", pos, g.const([-1, -2]), name="positions_4d")  # [B, T, 1, 1]
+            freqs = g.op("Mul", pos, g.tensor("rope.inv_freq", inv_freq.astype(np.float32), F32), name="rope_freqs")
+            angles = g.op("Concat", freqs, freqs, axis=-1, name="rope_angles")  # [B, T, 1, D]
+            sign = g.const(np.r_[-np.ones(d // 2), np.ones(d // 2)], np.float32, "sin_sign")
+            cos = g.op("Cos", angles, name="rope_cos_f32")
+            signed_sin = g.op("Mul", g.op("Sin", angles, name="rope_sin_f32"), sign, name="rope_signed_sin_f32")
+            return self.cast(cos, self.elem, "rope_cos"), self.cast(signed_sin, self.elem, "rope_signed_sin")
+
+        return self.once("_rope", make)
+
+    def attention(self, op: Op, q: str, k: str, v: str, positions: str) -> str:
+        """Writes k, v into this layer's slice of the batch rows' cache at the positions, then attends over all
+        P positions, masked to those <= the query's. Query heads are grouped by the kv head they share (GQA).
+
+        q [B, T, NQ, D], k [B, T, KV, D] (roped), v [B, T, KV*D] -> a [B, T, NQ*D]"""
+        g, nq, kv, d = self.g, op.attrs["heads"], op.attrs["kv_heads"], op.attrs["head_dim"]
+        group, p = nq // kv, self.max_positions
+        k_new = g.op("Transpose", k, perm=[0, 2, 1, 3], name="k_new")  # [B, KV, T, D]
+        v_heads = g.op("Reshape", v, g.const([0, 0, kv, d]), name="v_heads")
+        v_new = g.op("Transpose", v_heads, perm=[0, 2, 1, 3], name="v_new")
+        keys = self.cached(0, k_new, "keys")  # [B, KV, P, D]
+        values = self.cached(1, v_new, "values")
+        # q [B, T, NQ, D] -> [B, T, KV, G, D] -> [B, KV, G, T, D] -> [B, KV, G*T, D]
+        qg = g.op("Reshape", q, g.const([0, 0, kv, group, d]), name="q_groups")
+        qg = g.op("Transpose", qg, perm=[0, 2, 3, 1, 4], name="q_by_kv")
+        qg = g.op("Reshape", qg, g.const([0, kv, -1, d]), name="q_rows")
+        keys_t = g.op("Transpose", keys, perm=[0, 1, 3, 2], name="keys_t")  # [B, KV, D, P]
+        scores = g.op("MatMul", qg, keys_t, name="scores")  # [B, KV, G*T, P]
+        # Scale, mask and softmax in f32 inside f16/bf16 graphs (transformers' softmax also runs in f32): the
+        # exponentials of f16 scores lose the small probabilities and bf16 keeps only 3 digits.
+        scale = g.const(d**-0.5, np.float32, "scale")
+        scores = g.op("Mul", self.cast(scores, F32, "scores_f32"), scale, name="scores_scaled")
+        scores = g.op("Reshape", scores, g.const([0, kv, group, -1, p]), name="scores_by_query")  # [B, KV, G, T, P]
+        scores = g.op("Add", scores, self.attention_mask(positions), name="scores_masked")
+        probs = g.op("Softmax", scores, axis=-1, name="probs")
+        probs = g.op("Reshape", self.cast(probs, self.elem, "probs_cast"), g.const([0, kv, -1, p]), name="probs_rows")
+        a = g.op("MatMul", probs, values, name="attended")  # [B, KV, G*T, D]
+        a = g.op("Reshape", a, g.const([0, kv, group, -1, d]), name="attended_groups")  # [B, KV, G, T, D]
+        a = g.op("Transpose", a, perm=[0, 3, 1, 2, 4], name="attended_by_token")  # [B, T, KV, G, D]
+        return g.op("Reshape", a, g.const([0, 0, nq * d]), name="a", doc=op.shape)
+
+    def cached(self, kv: int, new: str, name: str) -> str:
+        """This layer's keys (kv=0) or values (kv=1) of the batch rows, with new [B, KV, T, D] written at the
+        positions: [B, KV, P, D]. The new entries are also kept for cache_out."""
+        g = self.g
+        index = g.op("Add", self.row_index(), g.const([[0, self.layer, kv]]), name=f"{name}_index")  # [B, 3]
+        old = g.op("GatherND", "cache", index, name=f"{name}_old")  # [B, KV, P, D]
+        self.new_kv.append(g.op("Unsqueeze", new, g.const([1, 2]), name=f"{name}_new"))  # [B, 1, 1, KV, T, D]
+        return g.op("ScatterElements", old, self.write_index(), new, axis=2, name=name)
+
+    # ---- position bookkeeping, once per graph ------------------------------------------------------------------
+
+    def once(self, key: str, make) -> str:
+        """A value computed once per graph, outside any layer's scope."""
+        if not hasattr(self, key):
+            scope, self.g.scope = self.g.scope, ""
+            setattr(self, key, make())
+            self.g.scope = scope
+        return getattr(self, key)
+
+    def write_positions(self) -> str:
+        """Where each token is written: its position, clamped to P - 1 so rows nobody uses can keep stepping
+        without writing outside the cache (their last slot is never read by a live row: it rewrites it first)."""
+        last = self.g.const(self.max_positions - 1)
+        return self.once("_write_pos", lambda: self.g.op("Min", "positions", last, name="write_positions"))
+
+    def row_index(self) -> str:
+        """[[row, 0, 0]] for each batch entry, [B, 3]: GatherND's (row, layer, k/v) before the layer is added."""
+
+        def make():
+            rows = self.g.op("Unsqueeze", "rows", self.g.const([1]), name="rows_col")  # [B, 1]
+            return self.g.op("Mul", rows, self.g.const([[1, 0, 0]]), name="row_index")
+
+        return self.once("_row_index", make)
+
+    def write_index(self) -> str:
+        """The write positions [B, T] as ScatterElements' index along the position axis: [B, KV, T, D]."""
+        kv, d = self.config.num_key_value_heads, self.config.head_dim
+
+        def make():
+            pos = self.g.op("Reshape", self.write_positions(), self.g.const([0, 1, -1, 1]), name="write_positions_4d")
+            return self.g.op("Expand", pos, self.g.const([1, kv, 1, d]), name="write_index")
+
+        return self.once("_write_index", make)
+
+    def attention_mask(self, positions: str) -> str:
+        """Additive f32 mask [B, 1, 1, T, P]: 0 where the key's position <= the query's, the most negative float
+        elsewhere (as transformers does), so each row attends to its own written positions only."""
+        g = self.g
+
+        def make():
+            query = g.op("Reshape", positions, g.const([0, 1, 1, -1, 1]), name="query_positions")  # [B, 1, 1, T, 1]
+            keys = g.const(np.arange(self.max_positions), name="key_positions")  # [P]
+            visible = g.op("LessOrEqual", keys, query, name="visible")
+            zero, lowest = g.const(0.0, np.float32, "zero"), g.const(np.finfo(np.float32).min, np.float32, "lowest")
+            return g.op("Where", visible, zero, lowest, name="mask")
+
+        return self.once("_mask", make)
+
+    def write_cache(self) -> None:
+        """cache_out = the cache with every layer's new keys and values at (row, layer, k/v, head, position):
+        one ScatterND with index [B, L, 2, KV, T, 5] and updates [B, L, 2, KV, T, D]."""
+        g, c = self.g, self.config
+        n_layers, kv, d = c.num_hidden_layers, c.num_key_value_heads, c.head_dim
+        updates = g.op("Concat", *self.new_kv, axis=1, name="new_kv_flat")  # [B, 2L, 1, KV, T, D]: k0, v0, k1, v1...
+        updates = g.op("Reshape", updates, g.const([0, n_layers, 2, kv, -1, d]), name="new_kv")
+        # The index's parts, broadcast against each other: row [B, 1, 1, 1, 1, 1], (layer, k/v, head)
+        # [1, L, 2, KV, 1, 3] and position [B, 1, 1, 1, T, 1], each added to zeros of the full [B, L, 2, KV, T, 1].
+        rows = g.op("Reshape", "rows", g.const([-1, 1, 1, 1, 1, 1]), name="rows_6d")
+        pos = g.op("Reshape", self.write_positions(), g.const([0, 1, 1, 1, -1, 1]), name="write_positions_6d")
+        lkh = np.stack(np.meshgrid(np.arange(n_layers), np.arange(2), np.arange(kv), indexing="ij"), -1)
+        lkh = g.const(lkh.reshape(1, n_layers, 2, kv, 1, 3), name="layer_kv_head")
+        zero = g.op("Mul", g.op("Add", rows, pos, name="rows_pos"), g.const(0), name="zero_b_t")
+        zero = g.op("Add", zero, g.const(np.zeros((1, n_layers, 2, kv, 1, 1)), name="zeros_lkh"), name="zero_grid")
+        parts = [g.op("Add", x, zero, name=f"index_{n}") for x, n in ((rows, "rows"), (lkh, "lkh"), (pos, "positions"))]
+        index = g.op("Concat", *parts, axis=-1, name="cache_index")  # [B, L, 2, KV, T, 5]
+        g.op("ScatterND", "cache", index, updates, out="cache_out", doc="[R, L, 2, KV, P, D]")
+
+    # ---- the rest of the block and the epilogue --------------------------------------------------------------
+
+    def silu_mul(self, op: Op, gate: str, up: str) -> str:
+        # silu(g) * u = g * sigmoid(g) * u  [B, T, I]
+        silu = self.g.op("Mul", gate, self.g.op("Sigmoid", gate, name="gate_sigmoid"), name="gate_silu")
+        return self.g.op("Mul", silu, up, name=op.out[0], doc=op.shape)
+
+    def add(self, op: Op, a: str, b: str) -> str:
+        return self.g.op("Add", a, b, name=op.out[0], doc=op.shape)
+
+    def logits(self, op: Op, x: str, head: str) -> str:
+        # x [B, H] @ head.T -> [B, V]: Gemm reads the [V, H] head (the tied embedding) transposed in place
+        logits = self.g.op("Gemm", x, self.weight(head), transB=1, name="logits_compute", doc="[B, V]")
+        if self.elem == F32:
+            return self.g.op("Identity", logits, out="logits", doc="[B, V]")
+        return self.g.op("Cast", logits, to=F32, out="logits", doc="[B, V] f32")
+
+    def argmax(self, op: Op, logits: str) -> str:
+        # the first maximal index, as torch.argmax: [B, 1], fed back as the next step's tokens
+        return self.g.op("ArgMax", logits, axis=-1, keepdims=1, select_last_index=0, out="next_tokens", doc="[B, 1]")
+
+
+def build_model(
+    decoder: Decoder, tensors: dict[str, np.ndarray], dtype: str, rows: int, max_positions: int
+) -> onnx.ModelProto:
+    return OnnxEmitter(decoder, dtype, rows, max_positions).build(tensors)
+
+
+def save_model(model: onnx.ModelProto, out: Path) -> list[Path]:
+    """model.onnx with its weights in model.onnx.data beside it; checked by onnx.checker. Returns both paths."""
+    out.mkdir(parents=True, exist_ok=True)
+    path, data = out / MODEL_FILE, out / DATA_FILE
+    data.unlink(missing_ok=True)  # onnx appends to an existing data file
+    onnx.save_model(model, path, save_as_external_data=True, location=DATA_FILE, size_threshold=1024)
+    onnx.checker.check_model(str(path))
+    return [path, data]
+
+
+def write_onnx(decoder: Decoder, checkpoint: Path, out: Path, options: CompileOptions) -> list[Path]:
+    """The `onnx` compile target: one model for options.dtype over a cache of options.batch x options.max_positions."""
+    tensors = load_weights(checkpoint, "np")
+    return save_model(build_model(decoder, tensors, options.dtype, options.batch, options.max_positions), Path(out))

@@ -1,0 +1,281 @@
+"""Linnet's ONNX Runtime engine: the graph of emit_onnx in one session, driven through the Engine contract
+(linnet_core/engine.py) on the CPU, CUDA or TensorRT execution provider.
+
+The KV cache, each row's last token and its position live in ONNX Runtime buffers on the provider's device. A
+decode step reads one set and writes the other (ping-pong: ONNX Runtime does not promise that an output may alias
+an input), through two IO bindings prepared once, so a step is one run call, no allocation and no transfer but the
+new token ids, int64 [rows], to the host. On CUDA the two decode bindings are replayed as two captured CUDA graphs
+where ONNX Runtime can capture them."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import onnxruntime as ort
+
+# provider name -> ONNX Runtime's execution provider, and where its buffers live
+PROVIDERS = {
+    "cpu": ("CPUExecutionProvider", "cpu"),
+    "cuda": ("CUDAExecutionProvider", "cuda"),
+    "tensorrt": ("TensorrtExecutionProvider", "cuda"),
+}
+# ONNX element types: as sessions name them, and the numpy storage of our buffers of each
+ELEMENT_TYPES = {"tensor(float)": 1, "tensor(float16)": 10, "tensor(bfloat16)": 16, "tensor(int64)": 7}
+STORAGE = {1: np.float32, 10: np.float16, 16: np.uint16, 7: np.int64}
+F32, BF16, I64 = ELEMENT_TYPES["tensor(float)"], ELEMENT_TYPES["tensor(bfloat16)"], ELEMENT_TYPES["tensor(int64)"]
+PROVIDER_LABELS = {"cpu": "CPU", "cuda": "CUDA", "tensorrt": "TensorRT"}
+DECODE_GRAPH_IDS = ("1", "2")  # CUDA graph annotations of the two decode bindings (0 is reserved by ONNX Runtime)
+
+
+@dataclass(frozen=True)
+class SessionSettings:
+    provider: str = "cpu"  # "cpu" | "cuda" | "tensorrt"
+    threads: int = 0  # intra-op threads on the CPU; 0: one per core
+    cuda_graphs: bool = True  # on a GPU: capture the decode steps as CUDA graphs (falls back if refused)
+    trt_cache: str | None = None  # directory for TensorRT's engine cache
+    trt_dtype: str = "f32"  # the model's dtype, so TensorRT may build f16 / bf16 kernels for it
+
+    def __post_init__(self):
+        assert self.provider in PROVIDERS, self.provider
+
+
+def why_unavailable(provider: str, dtype: str) -> str | None:
+    """Why ONNX Runtime here cannot run a `dtype` model on `provider`, or None. Asked of ONNX Runtime itself: the
+    provider must be listed and must build a one-MatMul session of that dtype without falling back."""
+    name = PROVIDERS[provider][0]
+    available = ort.get_available_providers()
+    if name not in available:
+        return f"ONNX Runtime here has no {name} (it has {', '.join(available)})"
+    try:
+        session = ort.InferenceSession(probe_model(dtype), providers=[name])
+    # ONNX Runtime raises its own Fail / NotImplemented types, not Python's
+    except Exception as e:  # noqa: BLE001
+        first = str(e).splitlines()[0]
+        if "NOT_IMPLEMENTED" in first:
+            return f"ONNX Runtime's {PROVIDER_LABELS[provider]} execution provider does not implement {dtype} compute (a {dtype} MatMul session fails: NOT_IMPLEMENTED)"
+        return f"ONNX Runtime could not build a {dtype} session on {name}: {first[:200]}"
+    if session.get_providers()[0] != name:
+        return f"ONNX Runtime lists {name} but could not create it (it fell back to {session.get_providers()[0]}; its libraries may be missing)"
+    return None
+
+
+def probe_model(dtype: str) -> bytes:
+    """y = x @ x in dtype: the smallest model that needs the provider to compute in that dtype."""
+    from onnx import helper
+
+    from linnet_core.emit_onnx import DTYPES, IR_VERSION, OPSET
+
+    elem = DTYPES[dtype][0]
+    x, y = (helper.make_tensor_value_info(n, elem, [2, 2]) for n in "xy")
+    graph = helper.make_graph([helper.make_node("MatMul", ["x", "x"], ["y"])], "probe", [x], [y])
+    return helper.make_model(
+        graph, opset_imports=[helper.make_opsetid("", OPSET)], ir_version=IR_VERSION
+    ).SerializeToString()
+
+
+def session_options(threads: int) -> ort.SessionOptions:
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    options.intra_op_num_threads = threads or len(os.sched_getaffinity(0))
+    options.log_severity_level = 3  # errors only: ORT warns about every node it leaves on the CPU
+    return options
+
+
+def provider_list(settings: SessionSettings, rows: int, max_positions: int, cuda_graphs: bool) -> list:
+    """The providers a session is built with, most preferred first, with their options."""
+    cuda = ("CUDAExecutionProvider", {"enable_cuda_graph": "1" if cuda_graphs else "0"})
+    if settings.provider == "cpu":
+        return ["CPUExecutionProvider"]
+    if settings.provider == "cuda":
+        return [cuda, "CPUExecutionProvider"]
+    # TensorRT builds one engine for one profile covering prefill (1 x T) and decode (rows x 1).
+
+    def shapes(b, t):
+        return f"tokens:{b}x{t},positions:{b}x{t},rows:{b}"
+
+    trt = {
+        "trt_fp16_enable": str(settings.trt_dtype == "f16"),
+        "trt_bf16_enable": str(settings.trt_dtype == "bf16"),
+        "trt_engine_cache_enable": str(settings.trt_cache is not None),
+        "trt_engine_cache_path": settings.trt_cache or "",
+        "trt_profile_min_shapes": shapes(1, 1),
+        "trt_profile_opt_shapes": shapes(rows, 1),
+        "trt_profile_max_shapes": shapes(rows, max_positions),
+    }
+    return [("TensorrtExecutionProvider", trt), ("CUDAExecutionProvider", {}), "CPUExecutionProvider"]
+
+
+class Buffer:
+    """One ONNX Runtime value on the device, read and written from the host. On the CPU it wraps the memory of a
+    numpy array, so reading it is a view, not a copy."""
+
+    def __init__(self, shape: Sequence[int], elem: int, device: str):
+        # bf16 has no numpy dtype: its zeros are uint16 zeros, handed to ONNX Runtime as bf16
+        self.host = np.zeros(shape, STORAGE[elem])
+        host_value = ort.OrtValue.ortvalue_from_numpy_with_onnx_type(self.host, elem)
+        self.device = device
+        if device == "cpu":
+            self.value = host_value
+        else:
+            self.value = ort.OrtValue.ortvalue_from_shape_and_type(list(shape), elem, device, 0)
+            # zeros, not whatever the allocator held: NaN in an unwritten cache slot would leak through the mask
+            self.value.update_inplace(host_value if elem == BF16 else self.host)
+
+    def read(self) -> np.ndarray:
+        return self.host if self.device == "cpu" else self.value.numpy()
+
+    def write(self, array: np.ndarray) -> None:
+        self.value.update_inplace(np.ascontiguousarray(array, dtype=self.host.dtype))
+
+
+class OrtEngine:
+    """The Engine contract over one ONNX Runtime session of a Linnet ONNX model (model.onnx)."""
+
+    def __init__(self, model_path: Path, settings: SessionSettings = SessionSettings()):
+        self.settings = settings
+        self.path = str(model_path)
+        self.provider, self.device = PROVIDERS[settings.provider]
+        self.notes: list[str] = []
+        self.use_cuda_graphs = settings.cuda_graphs and self.device == "cuda" and settings.provider == "cuda"
+        self.session = self.new_session()
+        cache = next(i for i in self.session.get_inputs() if i.name == "cache")
+        self.cache_shape = cache.shape  # [R, L, 2, KV, P, D]
+        self.rows, self.max_positions = cache.shape[0], cache.shape[4]
+        self.vocab = next(o for o in self.session.get_outputs() if o.name == "logits").shape[1]
+        self.allocate(ELEMENT_TYPES[cache.type])
+
+    # ---- sessions and buffers --------------------------------------------------------------------------------
+
+    def new_session(self) -> ort.InferenceSession:
+        """A session on the wanted provider; with CUDA graphs if ONNX Runtime accepts them (it refuses when some
+        node cannot run on the GPU), else without, saying why."""
+        options = session_options(self.settings.threads)
+        # The cache shape is read from the file before the session exists, for TensorRT's profile.
+        rows, positions = self.model_dims()
+        try:
+            session = ort.InferenceSession(
+                self.path, options, providers=provider_list(self.settings, rows, positions, self.use_cuda_graphs)
+            )
+        except Exception as e:  # ONNX Runtime raises its own Fail / RuntimeException types, re-raised below
+            if not self.use_cuda_graphs:
+                raise
+            self.use_cuda_graphs = False
+            self.notes.append(f"CUDA graphs refused by ONNX Runtime ({str(e).splitlines()[0][:160]})")
+            return self.new_session()
+        if session.get_providers()[0] != self.provider:
+            raise RuntimeError(
+                f"ONNX Runtime could not create the {self.provider} (it fell back to {session.get_providers()})"
+            )
+        return session
+
+    def model_dims(self) -> tuple[int, int]:
+        """(rows, max_positions) from the model file's metadata."""
+        import onnx
+
+        props = {p.key: p.value for p in onnx.load(self.path, load_external_data=False).metadata_props}
+        return int(props["linnet.rows"]), int(props["linnet.max_positions"])
+
+    def allocate(self, cache_elem: int) -> None:
+        """Two of each fed-back buffer (cache, tokens, positions), the row indices, the decode logits, and the two
+        decode bindings: binding p reads buffers p and writes buffers 1 - p."""
+        r, device = self.rows, self.device
+        self.cache = [Buffer(self.cache_shape, cache_elem, device) for _ in range(2)]
+        self.tokens = [Buffer((r, 1), I64, device) for _ in range(2)]
+        self.positions = [Buffer((r, 1), I64, device) for _ in range(2)]
+        self.all_rows = Buffer((r,), I64, device)
+        self.all_rows.write(np.arange(r, dtype=np.int64))
+        self.logits = Buffer((r, self.vocab), F32, device)
+        self.parity = 0  # which set holds the current state
+        self.decode_bindings = [self.decode_binding(p) for p in (0, 1)]
+        self.decode_runs = [self.run_options(graph_id) for graph_id in DECODE_GRAPH_IDS]
+        self.prefill_run = self.run_options("-1")  # prefill shapes vary: never captured
+
+    def without_cuda_graphs(self, error: Exception) -> None:
+        """A new session without CUDA graphs, bound to the same buffers (they belong to no session)."""
+        self.use_cuda_graphs = False
+        self.notes.append(f"CUDA graph capture failed, steps run without ({str(error).splitlines()[0][:160]})")
+        self.session = self.new_session()
+        self.decode_bindings = [self.decode_binding(p) for p in (0, 1)]
+        self.decode_runs = [None, None]
+        self.prefill_run = None
+
+    def decode_binding(self, p: int) -> ort.IOBinding:
+        io = self.session.io_binding()
+        for name, buffer in (("tokens", self.tokens[p]), ("positions", self.positions[p]), ("rows", self.all_rows),
+                             ("cache", self.cache[p])):  # fmt: skip
+            io.bind_ortvalue_input(name, buffer.value)
+        for name, buffer in (("next_tokens", self.tokens[1 - p]), ("next_positions", self.positions[1 - p]),
+                             ("logits", self.logits), ("cache_out", self.cache[1 - p])):  # fmt: skip
+            io.bind_ortvalue_output(name, buffer.value)
+        return io
+
+    def run_options(self, graph_id: str) -> ort.RunOptions | None:
+        if not self.use_cuda_graphs:
+            return None
+        options = ort.RunOptions()
+        options.add_run_config_entry("gpu_graph_id", graph_id)
+        return options
+
+    # ---- the Engine contract -----------------------------------------------------------------------------------
+
+    def prefill(self, row: int, tokens: Sequence[int], start: int = 0) -> int:
+        return self.prefill_with_logits(row, tokens, start)[0]
+
+    def prefill_with_logits(self, row: int, tokens: Sequence[int], start: int = 0) -> tuple[int, np.ndarray]:
+        """prefill, also returning the last position's logits, f32 [vocab] on the host."""
+        n = len(tokens)
+        if not 0 <= row < self.rows or n == 0 or not 0 <= start <= start + n <= self.max_positions:
+            raise ValueError(
+                f"prefill of {n} tokens at {start} into row {row} does not fit {self.rows} rows of {self.max_positions} positions"
+            )
+        p = self.parity
+        io = self.session.io_binding()
+        io.bind_cpu_input("tokens", np.asarray(tokens, dtype=np.int64).reshape(1, n))
+        io.bind_cpu_input("positions", np.arange(start, start + n, dtype=np.int64).reshape(1, n))
+        io.bind_cpu_input("rows", np.array([row], dtype=np.int64))
+        io.bind_ortvalue_input("cache", self.cache[p].value)
+        io.bind_ortvalue_output("cache_out", self.cache[1 - p].value)
+        io.bind_output("next_tokens", "cpu")
+        io.bind_output("logits", "cpu")
+        self.session.run_with_iobinding(io, self.prefill_run)
+        next_tokens, logits = io.copy_outputs_to_cpu()[-2:]
+        token = int(next_tokens[0, 0])
+        # The other rows keep their tokens and positions; this row's become the prefill's.
+        for buffers, value in ((self.tokens, token), (self.positions, start + n)):
+            state = buffers[p].read().copy()
+            state[row, 0] = value
+            buffers[1 - p].write(state)
+        self.parity = 1 - p
+        return token, logits[0]
+
+    def step(self) -> np.ndarray:
+        p = self.parity
+        try:
+            self.session.run_with_iobinding(self.decode_bindings[p], self.decode_runs[p])
+        except Exception as e:  # ONNX Runtime's own types; only a refused CUDA graph capture is recovered from
+            if not self.use_cuda_graphs:
+                raise
+            self.without_cuda_graphs(e)  # the run wrote nothing: the buffers still hold this step's input
+            self.session.run_with_iobinding(self.decode_bindings[p], self.decode_runs[p])
+        self.parity = 1 - p
+        return self.tokens[1 - p].read()[:, 0].copy()
+
+    def set_token(self, row: int, token: int) -> None:
+        """Replaces the token `row` consumes next (teacher forcing)."""
+        state = self.tokens[self.parity].read().copy()
+        state[row, 0] = token
+        self.tokens[self.parity].write(state)
+
+    def score(self, tokens: Sequence[int], n_prefill: int) -> np.ndarray:
+        logits = self.prefill_with_logits(0, tokens[:n_prefill])[1]
+        rows = [logits]
+        for token in tokens[n_prefill:]:
+            self.set_token(0, token)
+            self.step()
+            rows.append(self.logits.read()[0].copy())
+        return np.stack(rows).astype(np.float32)

@@ -1,0 +1,77 @@
+"""Linnet on ONNX Runtime (rows linnet-ort-f32, -f16, -bf16): the emitted ONNX graph in the dtype the runner id
+names, run by linnet_core.ort_engine on the CPU execution provider, or the CUDA one (IO binding, buffers on the
+GPU) when the run is on a GPU. Loading emits and writes the model; the first call builds the session."""
+
+from __future__ import annotations
+
+import time
+
+from linnet_core.checkpoint import read_config
+from linnet_core.emit_onnx import write_onnx
+from linnet_core.graph import qwen2_decoder
+from linnet_core.ort_engine import PROVIDER_LABELS, OrtEngine, SessionSettings, why_unavailable
+from linnet_core.targets import CompileOptions
+from runners import base
+
+
+def dtype_of(runner_id: str) -> str:
+    """The row's compute dtype, fixed by its id ("linnet-ort-f16" -> "f16"), whatever the run's dtype."""
+    return runner_id.rsplit("-", 1)[1]
+
+
+class Runner(base.Runner):
+    provider_on_gpu = "cuda"  # the provider when the run is on a GPU (TensorRT's runner overrides it)
+
+    @property
+    def dtype(self) -> str:
+        return dtype_of(self.spec.runner)
+
+    @classmethod
+    def provider_for(cls, spec) -> str:
+        return cls.provider_on_gpu if spec.device == "cuda" else "cpu"
+
+    @classmethod
+    def unavailable(cls, spec):
+        return why_unavailable(cls.provider_for(spec), dtype_of(spec.runner))
+
+    def load(self):
+        provider = self.provider_for(self.spec)
+        decoder = qwen2_decoder(read_config(self.spec.checkpoint))
+        options = CompileOptions(dtype=self.dtype, max_positions=self.spec.max_positions, batch=1)
+        self.model_path = write_onnx(decoder, self.spec.checkpoint, self.spec.work / f"onnx-{self.dtype}", options)[0]
+        trt_cache = self.spec.work / "trt-cache"
+        trt_cache.mkdir(parents=True, exist_ok=True)
+        self.settings = SessionSettings(provider=provider, trt_cache=str(trt_cache), trt_dtype=self.dtype)
+        self.engine: OrtEngine | None = None
+        self.notes += [
+            (f"{self.dtype}; ONNX Runtime's {PROVIDER_LABELS[provider]} execution provider; load emits and writes "
+             "the ONNX model, the first call builds the session"),
+            ("one graph for prefill and decode; KV cache, last token and position stay in ONNX Runtime buffers fed "
+             "back by IO binding: only the next token id crosses to the host per step"),
+        ]  # fmt: skip
+        if provider == "cpu" and self.dtype == "f16":
+            self.notes.append("ONNX Runtime's CPU provider runs the f16 operators it has no f16 kernel for in f32, "
+                              "between casts it inserts")  # fmt: skip
+        if self.dtype != self.spec.dtype:
+            self.notes.append(f"distance: against transformers in {self.spec.dtype}")
+
+    def session(self) -> OrtEngine:
+        """The engine, its session built on first use (first-call time, reported apart from load)."""
+        if self.engine is None:
+            start = time.perf_counter()
+            self.engine = OrtEngine(self.model_path, self.settings)
+            self.metrics["session_build_s"] = time.perf_counter() - start
+            self.notes += self.engine.notes
+            if self.engine.use_cuda_graphs:
+                self.notes.append("decode steps replayed as CUDA graphs")
+        return self.engine
+
+    def prefill(self, prompt):
+        return self.session().prefill(0, prompt)
+
+    def decode(self, n):
+        engine = self.session()
+        return [int(engine.step()[0]) for _ in range(n)]
+
+    def score(self, ids, n_prefill):
+        return self.session().score(ids, n_prefill)

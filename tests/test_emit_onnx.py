@@ -1,0 +1,149 @@
+"""The ONNX emitter: checked models in every dtype, every weight stored once (the head reads the embedding), a cache
+written at positions rather than grown, f32 statistics inside half graphs, and `linnet compile --target onnx`
+artefacts that ONNX Runtime loads in a fresh process."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import onnx
+import pytest
+
+from linnet_core.emit_onnx import DATA_FILE, MODEL_FILE, write_onnx
+from linnet_core.graph import qwen2_decoder
+from linnet_core.targets import CompileOptions, compile_function
+
+ROWS, POSITIONS = 2, 64
+
+
+@pytest.fixture(scope="module")
+def models(tiny, tiny_checkpoint, tmp_path_factory):
+    """dtype -> the tiny model's model.onnx, over a cache of 2 rows x 64 positions."""
+    out = tmp_path_factory.mktemp("onnx")
+    decoder = qwen2_decoder(tiny.config)
+    paths = {}
+    for dtype in ("f32", "f16", "bf16"):
+        files = write_onnx(decoder, tiny_checkpoint, out / dtype, CompileOptions(dtype, POSITIONS, ROWS))
+        assert [f.name for f in files] == [MODEL_FILE, DATA_FILE] and all(f.stat().st_size > 0 for f in files)
+        paths[dtype] = files[0]
+    return paths
+
+
+def graph_of(path) -> onnx.GraphProto:
+    return onnx.load(str(path), load_external_data=False).graph
+
+
+def consumers(graph, value):
+    return [n for n in graph.node if value in n.input]
+
+
+def test_the_target_is_registered():
+    assert compile_function("onnx") is write_onnx
+
+
+@pytest.mark.parametrize("dtype", ["f32", "f16", "bf16"])
+def test_onnx_checker_passes(models, dtype):
+    onnx.checker.check_model(str(models[dtype]), full_check=True)  # raises on an invalid model
+
+
+@pytest.mark.parametrize("dtype", ["f32", "f16", "bf16"])
+def test_every_weight_is_stored_once_and_the_head_reads_the_embedding(models, tiny, dtype):
+    graph = graph_of(models[dtype])
+    decoder = qwen2_decoder(tiny.config)
+    weights = {t.name: t for t in graph.initializer if not t.name.startswith(("const.", "rope."))}
+    assert set(weights) == {w.name for w in decoder.all_weights()}
+    assert sum(math.prod(t.dims) for t in weights.values()) == tiny.config.num_parameters
+    embed = weights["embed.weight"]
+    assert list(embed.dims) == [tiny.config.vocab_size, tiny.config.hidden_size]
+    assert sorted(n.op_type for n in consumers(graph, "embed.weight")) == ["Gather", "Gemm"]
+    # nothing else is vocabulary-sized: no second copy of the head
+    assert [t.name for t in graph.initializer if tiny.config.vocab_size in t.dims] == ["embed.weight"]
+
+
+def test_the_cache_is_an_input_and_output_written_in_place(models, tiny):
+    graph = graph_of(models["f32"])
+    c = tiny.config
+    shape = [ROWS, c.num_hidden_layers, 2, c.num_key_value_heads, POSITIONS, c.head_dim]
+
+    def dims(v):
+        return [d.dim_value for d in v.type.tensor_type.shape.dim]
+
+    assert dims(next(i for i in graph.input if i.name == "cache")) == shape
+    assert dims(next(o for o in graph.output if o.name == "cache_out")) == shape
+    # read per layer for k and v, and written once: a ScatterND of the new entries into the input buffer
+    readers = sorted(n.op_type for n in consumers(graph, "cache"))
+    assert readers == ["GatherND"] * (2 * c.num_hidden_layers) + ["ScatterND"]
+    [writer] = [n for n in graph.node if "cache_out" in n.output]
+    assert writer.op_type == "ScatterND" and writer.input[0] == "cache"
+    # one token id per row leaves the graph as an int64 argmax; logits only for scoring
+    [argmax] = [n for n in graph.node if "next_tokens" in n.output]
+    assert argmax.op_type == "ArgMax"
+
+
+def test_half_graphs_keep_norm_and_softmax_statistics_in_f32(models):
+    for dtype in ("f16", "bf16"):
+        model = onnx.shape_inference.infer_shapes(onnx.load(str(models[dtype]), load_external_data=False))
+        types = {v.name: v.type.tensor_type.elem_type for v in [*model.graph.value_info, *model.graph.input]}
+        stats = [n for n in model.graph.node if n.op_type in ("Softmax", "ReduceMean")]
+        assert len(stats) == 2 + 5  # a softmax per layer, a norm twice per layer and once at the end
+        assert all(types[n.input[0]] == onnx.TensorProto.FLOAT for n in stats), dtype
+        matmuls = [n for n in model.graph.node if n.op_type == "MatMul"]
+        assert all(types[n.input[0]] != onnx.TensorProto.FLOAT for n in matmuls), dtype  # the compute is half
+
+
+FRESH_PROCESS = textwrap.dedent("""
+    import json, sys
+    import numpy as np, onnxruntime as ort
+    assert "linnet_core" not in sys.modules
+    path, tokens = sys.argv[1], json.loads(sys.argv[2])
+    session = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+    cache = session.get_inputs()[3]
+    dtype = {"tensor(float)": np.float32, "tensor(float16)": np.float16}[cache.type]
+    feeds = {"tokens": np.array([tokens]), "positions": np.arange(len(tokens))[None], "rows": np.array([0]),
+             "cache": np.zeros(cache.shape, dtype)}
+    next_tokens, next_positions, logits, _ = session.run(None, feeds)
+    print(json.dumps({"next": int(next_tokens[0, 0]), "position": int(next_positions[0, 0]), "argmax": int(logits[0].argmax())}))
+""")
+
+
+@pytest.mark.parametrize("dtype", ["f32", "f16"])
+def test_linnet_compile_writes_models_that_onnx_runtime_loads_in_a_fresh_process(tiny_checkpoint, tmp_path, dtype):
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    out = tmp_path / "artefacts"
+    compile_ = subprocess.run(
+        [sys.executable, "-m", "linnet_core.cli", "compile", "qwen2-tiny", "--target", "onnx", "--dtype", dtype,
+         "--out", str(out), "--max-positions", "32"],
+        capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert compile_.returncode == 0, compile_.stderr
+    assert f"wrote {out / MODEL_FILE}" in compile_.stdout.replace("\n", "")
+    tokens = [3, 141, 59, 265, 358, 979, 323, 846]
+    run = subprocess.run([sys.executable, "-c", FRESH_PROCESS, str(out / MODEL_FILE), json.dumps(tokens)],
+                         capture_output=True, text=True, timeout=120, cwd=tmp_path, check=False)  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    result = json.loads(run.stdout)
+    model = AutoModelForCausalLM.from_pretrained(tiny_checkpoint, dtype=torch.float32, attn_implementation="eager")
+    with torch.no_grad():
+        expected = int(model(torch.tensor([tokens])).logits[0, -1].argmax())
+    assert result == {"next": expected, "position": len(tokens), "argmax": expected}
+
+
+def test_weights_in_bf16_checkpoints_are_read_without_torch(tiny, tmp_path):
+    """A bf16 checkpoint (as the 0.5B's is) emits the same f32 model as its f32 values do."""
+    from linnet_core.checkpoint import load_weights, synthetic_checkpoint
+
+    ckpt = synthetic_checkpoint(tiny.id, tiny.config, "bfloat16", cache=tmp_path)
+    tensors = load_weights(ckpt, "np")
+    assert str(tensors["model.embed_tokens.weight"].dtype) == "bfloat16"
+    [path, _] = write_onnx(qwen2_decoder(tiny.config), ckpt, tmp_path / "out", CompileOptions("f32", 32, 1))
+    embed = onnx.numpy_helper.to_array(
+        next(t for t in onnx.load(str(path)).graph.initializer if t.name == "embed.weight")
+    )
+    np.testing.assert_array_equal(embed, tensors["model.embed_tokens.weight"].astype(np.float32))

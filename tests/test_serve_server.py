@@ -11,6 +11,7 @@ import os
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -20,8 +21,10 @@ import pytest
 from tests.test_serve_engine import single_request_tokens
 
 ROOT = Path(__file__).resolve().parent.parent
+# the load tests need rows that stay busy for seconds: the tests' reference engine is slow enough
 BACKEND = "tests.serve_reference_engine:make_engine"
 ROWS, POSITIONS, MAX_WAITING = 2, 512, 2
+REAL_BACKEND = "ort"  # a Linnet engine, as a user runs `linnet serve`
 TIMEOUT = httpx.Timeout(30.0)
 
 
@@ -41,17 +44,21 @@ def wait_until(condition, timeout_s: float, what: str):
     raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
 
 
-@pytest.fixture(scope="module")
-def server(tiny_checkpoint):
+@contextlib.contextmanager
+def serving(backend: str, rows: int, positions: int, max_waiting: int):
+    """`linnet serve qwen2-tiny` on a free loopback port until the block ends; yields its base URL."""
     port = free_port()
-    command = [sys.executable, "-m", "linnet_core.cli", "serve", "qwen2-tiny", "--backend", BACKEND, "--rows", str(ROWS),
-               "--positions", str(POSITIONS), "--max-waiting", str(MAX_WAITING), "--port", str(port)]  # fmt: skip
+    command = [sys.executable, "-m", "linnet_core.cli", "serve", "qwen2-tiny", "--backend", backend, "--rows", str(rows),
+               "--positions", str(positions), "--max-waiting", str(max_waiting), "--port", str(port)]  # fmt: skip
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    child = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    log = tempfile.TemporaryFile("w+")  # a file, not a pipe: a pipe nobody reads could fill and stall the server
+    child = subprocess.Popen(command, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, text=True)
     base = f"http://127.0.0.1:{port}"
 
     def healthy():
-        assert child.poll() is None, f"the server exited: {child.stdout.read()}"
+        if child.poll() is not None:
+            log.seek(0)
+            raise AssertionError(f"the server exited with {child.returncode}: {log.read()[-3000:]}")
         try:
             return httpx.get(f"{base}/health", timeout=2).status_code == 200
         except httpx.TransportError:
@@ -67,6 +74,35 @@ def server(tiny_checkpoint):
         except subprocess.TimeoutExpired:
             child.kill()
             child.wait(timeout=10)
+        log.close()
+
+
+@pytest.fixture(scope="module")
+def server(tiny_checkpoint):
+    with serving(BACKEND, ROWS, POSITIONS, MAX_WAITING) as base:
+        yield base
+
+
+@pytest.fixture(scope="module")
+def real_server(tiny_checkpoint):
+    with serving(REAL_BACKEND, 8, 256, 16) as base:
+        yield base
+
+
+def test_a_linnet_engine_serves_streamed_completions(real_server, tiny_checkpoint):
+    prompts = [list(range(200 + 7 * i, 230 + 11 * i)) for i in range(12)]
+
+    async def main():
+        async with httpx.AsyncClient(timeout=TIMEOUT) as client:
+            jobs = (read_stream(client, real_server, p, 16) for p in prompts)
+            return await asyncio.wait_for(asyncio.gather(*jobs), timeout=120)
+
+    streams = asyncio.run(main())
+    tokens = [[t for c in chunks[:-1] for t in c["choices"][0]["token_ids"]] for chunks in streams]
+    assert all(len(t) == 16 for t in tokens)
+    assert tokens[0] == single_request_tokens(tiny_checkpoint, prompts[0], 16)
+    h = health(real_server)
+    assert h["backend"] == REAL_BACKEND and h["rows_busy"] == 0 and h["steps"] >= 16
 
 
 def post(base: str, body, **kwargs) -> httpx.Response:

@@ -1,11 +1,16 @@
 """The backends linnet.serve runs on: each is a function that makes an Engine (linnet_core/engine.py) for
-(checkpoint, rows, positions, dtype, device). Adding a backend is one function and one line in BACKENDS;
-`--backend module:function` names a function outside this table (tests use it for a reference engine)."""
+(checkpoint, rows, positions, dtype, device), in a module of its own here, imported only when used. Adding a
+backend is its module and one line in BACKENDS; `--backend module:function` names a function outside this table
+(the tests use it for a reference engine).
+
+The adapters also give each engine the contract's optional logits methods (engine.SamplingEngine) from what
+the engine already computes, so temperature / top-p requests run on every backend."""
 
 from __future__ import annotations
 
 import importlib
 import importlib.util
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -25,6 +30,15 @@ class EngineSpec:
     mode: str | None = None  # a backend's variant, e.g. torch "eager" | "inductor" | "cudagraphs"; None picks per device
 
 
+    def work(self, name: str) -> Path:
+        """A directory for the backend's artefacts: under work_dir, or a fresh temporary one."""
+        if self.work_dir is None:
+            return Path(tempfile.mkdtemp(prefix=f"linnet-serve-{name}-"))
+        path = Path(self.work_dir) / name
+        path.mkdir(parents=True, exist_ok=True)
+        return path
+
+
 @dataclass
 class Built:
     engine: Engine
@@ -32,35 +46,16 @@ class Built:
     serve_options: dict[str, Any] = field(default_factory=dict)  # ServeConfig fields the backend needs (prefill_buckets)
 
 
-def missing_engine(backend: str, module: str) -> UserError:
-    return UserError(f"the {backend} backend needs {module}, which this installation does not have")
-
-
-def torch_engine(spec: EngineSpec) -> Built:
-    """Generated PyTorch: CUDA graphs on a GPU; eager (or inductor) on a CPU."""
-    raise missing_engine("torch", "linnet_core.emit_torch")
-
-
-def xla_engine(spec: EngineSpec) -> Built:
-    """Generated JAX through XLA."""
-    raise missing_engine("xla", "linnet_core.emit_jax")
-
-
-def ort_engine(spec: EngineSpec) -> Built:
-    """The ONNX graphs through ONNX Runtime."""
-    raise missing_engine("ort", "linnet_core.emit_onnx")
-
-
 @dataclass(frozen=True)
 class Backend:
-    make: Callable[[EngineSpec], Built]  # the adapter
+    function: str  # "module:function", the adapter
     needs: tuple[str, ...]  # the modules it imports: without one, the backend is unavailable
 
 
 BACKENDS: dict[str, Backend] = {
-    "torch": Backend(torch_engine, ("torch", "linnet_core.emit_torch")),
-    "xla": Backend(xla_engine, ("jax", "linnet_core.emit_jax")),
-    "ort": Backend(ort_engine, ("onnxruntime", "linnet_core.emit_onnx")),
+    "torch": Backend("linnet_core.serve.backends.torch_backend:make", ("torch", "linnet_core.emit_torch")),
+    "xla": Backend("linnet_core.serve.backends.xla_backend:make", ("jax", "linnet_core.emit_jax")),
+    "ort": Backend("linnet_core.serve.backends.ort_backend:make", ("onnxruntime", "linnet_core.emit_onnx")),
 }
 
 
@@ -77,7 +72,7 @@ def backend_function(backend: str) -> Callable[[EngineSpec], Built]:
         reason = unavailable(backend)
         if reason:
             raise UserError(reason)
-        return BACKENDS[backend].make
+        backend = BACKENDS[backend].function
     module, sep, name = backend.partition(":")
     if not sep:
         raise UserError(f"unknown backend {backend!r}; use one of {', '.join(BACKENDS)} (or module:function)")

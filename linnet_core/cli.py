@@ -48,7 +48,7 @@ def compile_(
     entry, ckpt = resolve(model, weights)
     files = write(qwen2_decoder(entry.config), ckpt, out, CompileOptions(dtype=dtype, max_positions=max_positions))
     for f in files:
-        console.print(f"wrote {f}")
+        console.print(f"wrote {f}", soft_wrap=True, highlight=False)
 
 
 @app.command("serve")

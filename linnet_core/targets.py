@@ -21,6 +21,7 @@ class CompileOptions:
 # target name -> "module:function"
 TARGETS: dict[str, str] = {
     "onnx": "linnet_core.emit_onnx:write_onnx",
+    "torch": "linnet_core.emit_torch:write",
 }
 
 

@@ -29,6 +29,9 @@ RUNNERS: dict[str, RunnerInfo] = {
     for r in (
         RunnerInfo("transformers", "runners.transformers_eager", "transformers", "PyTorch"),
         RunnerInfo("transformers-compiled", "runners.transformers_compiled", "transformers, compiled", "PyTorch"),
+        RunnerInfo("linnet-torch", "runners.linnet_torch", "Linnet, generated PyTorch", "PyTorch", "transformers-compiled"),
+        RunnerInfo("linnet-inductor", "runners.linnet_inductor", "Linnet, inductor", "PyTorch", "transformers-compiled"),
+        RunnerInfo("linnet-cudagraphs", "runners.linnet_cudagraphs", "Linnet, CUDA graphs", "PyTorch", "transformers-compiled"),
         RunnerInfo("linnet-ort-f32", "runners.linnet_ort", "Linnet, ONNX Runtime f32", "ONNX Runtime and TensorRT"),
         RunnerInfo("linnet-ort-f16", "runners.linnet_ort", "Linnet, ONNX Runtime f16", "ONNX Runtime and TensorRT"),
         RunnerInfo("linnet-ort-bf16", "runners.linnet_ort", "Linnet, ONNX Runtime bf16", "ONNX Runtime and TensorRT"),

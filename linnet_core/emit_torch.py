@@ -1,0 +1,281 @@
+"""The PyTorch emitter: renders a graph.Decoder as one standalone, readable Python module (torch, numpy and
+safetensors only), with the loader that maps the checkpoint's tensors onto it and an Engine over a static KV cache.
+
+Each op kind has one small render function returning the line of `forward` it becomes; the module's frame
+(helpers, the Decoder over the blocks, the loader, the Engine) is the template templates/torch_module.py.j2.
+Before rendering, consecutive linear ops that read the same value are fused into one matmul (q/k/v, gate/up):
+decode is memory-bound, and one pass over a fused weight beats three over its parts."""
+
+from __future__ import annotations
+
+import builtins
+import importlib.util
+import keyword
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+
+import jinja2
+
+from linnet_core.checkpoint import check_weights, header_shapes
+from linnet_core.graph import Decoder, Op
+from linnet_core.targets import CompileOptions
+
+MODULE_NAME = "linnet_torch_model"  # the generated file is OUT/linnet_torch_model.py
+TORCH_DTYPES = {"f32": "torch.float32", "f16": "torch.float16", "bf16": "torch.bfloat16"}
+
+
+@dataclass(frozen=True)
+class Section:
+    """One class of the module: its weights' init lines and its forward's body lines."""
+
+    init: list[str]
+    body: list[str]
+
+
+def py(value: str) -> str:
+    """A graph value's Python name: "next" would shadow the builtin, so it becomes "next_"."""
+    return value + "_" if keyword.iskeyword(value) or hasattr(builtins, value) else value
+
+
+def attr(weight: str) -> str:
+    """The module attribute holding a weight: "qkv_proj.weight" -> "qkv_proj_weight"."""
+    return weight.replace(".", "_")
+
+
+def fused_name(weights: list[str]) -> str:
+    """The fused weight's name: q_proj, k_proj, v_proj -> qkv_proj; gate_proj, up_proj -> gate_up_proj."""
+    stems = [w.split(".")[0].removesuffix("_proj") for w in weights]
+    joined = "".join(stems) if all(len(s) == 1 for s in stems) else "_".join(stems)
+    return f"{joined}_proj.{weights[0].split('.')[-1]}"
+
+
+def fuse_linears(ops: tuple[Op, ...], shapes: dict[str, tuple[int, ...]]) -> tuple[list[Op], dict[str, list[str]]]:
+    """Consecutive linear ops reading one input, all with or all without bias, become one linear op with several
+    outputs over a weight concatenated along its output dim. Returns the ops and, for each fused weight, the
+    weights it concatenates (in order). shapes: weight name -> shape."""
+    out: list[Op] = []
+    fused: dict[str, list[str]] = {}
+    i = 0
+    while i < len(ops):
+        group = [ops[i]]
+        while (
+            ops[i].kind == "linear"
+            and i + len(group) < len(ops)
+            and (nxt := ops[i + len(group)]).kind == "linear"
+            and nxt.inputs == ops[i].inputs
+            and len(nxt.weights) == len(ops[i].weights)
+        ):
+            group.append(nxt)
+        i += len(group)
+        if len(group) == 1:
+            out.append(group[0])
+            continue
+        names = []
+        for part in zip(*(op.weights for op in group)):  # (q.weight, k.weight, v.weight), then the biases
+            names.append(fused_name(list(part)))
+            fused[names[-1]] = list(part)
+        split = tuple(shapes[op.weights[0]][0] for op in group)
+        outs = tuple(v for op in group for v in op.out)
+        shape = ", ".join(op.shape for op in group)
+        out.append(Op("linear", outs, group[0].inputs, tuple(names), shape, {"split": split}))
+    return out, fused
+
+
+# One render function per op kind: op -> the line of forward it becomes (without the shape comment).
+
+
+def render_embed(op: Op) -> str:
+    return f"{py(op.out[0])} = F.embedding({py(op.inputs[0])}, self.{attr(op.weights[0])})"
+
+
+def render_rms_norm(op: Op) -> str:
+    return f"{py(op.out[0])} = rms_norm({py(op.inputs[0])}, self.{attr(op.weights[0])}, eps={op.attrs['eps']!r})"
+
+
+def render_linear(op: Op) -> str:
+    args = ", ".join([py(op.inputs[0]), *(f"self.{attr(w)}" for w in op.weights)])
+    if "split" not in op.attrs:
+        return f"{py(op.out[0])} = F.linear({args})"
+    outs = ", ".join(py(v) for v in op.out)
+    return f"{outs} = F.linear({args}).split({op.attrs['split']}, dim=-1)"
+
+
+def render_rope(op: Op) -> str:
+    # cos, sin are the rows of the model's rope table at this call's positions (see Decoder.forward)
+    q, k = (py(v) for v in op.out)
+    d = op.attrs["head_dim"]
+    return f"{q}, {k} = rope({py(op.inputs[0])}, cos, sin, {d}), rope({py(op.inputs[1])}, cos, sin, {d})"
+
+
+def render_attention(op: Op) -> str:
+    # the positions reach attention as what every layer derives from them once per call: the cache slots to
+    # write and the causal mask (see Decoder.forward)
+    q, k, v, _positions = (py(x) for x in op.inputs)
+    a = op.attrs
+    heads = f"heads={a['heads']}, kv_heads={a['kv_heads']}, head_dim={a['head_dim']}"
+    return f"{py(op.out[0])} = attention({q}, {k}, {v}, slots, mask, k_cache, v_cache, {heads})"
+
+
+def render_silu_mul(op: Op) -> str:
+    return f"{py(op.out[0])} = F.silu({py(op.inputs[0])}) * {py(op.inputs[1])}"
+
+
+def render_add(op: Op) -> str:
+    return f"{py(op.out[0])} = {py(op.inputs[0])} + {py(op.inputs[1])}"
+
+
+def render_logits(op: Op) -> str:
+    return f"{py(op.out[0])} = F.linear({py(op.inputs[0])}, self.{attr(op.weights[0])})"
+
+
+def render_argmax(op: Op) -> str:
+    assert op.attrs.get("at") == "last", op.attrs  # the epilogue sees only the last position (Decoder.forward)
+    return f"{py(op.out[0])} = {py(op.inputs[0])}[:, -1].argmax(-1)"
+
+
+RENDER = {
+    "embed": render_embed,
+    "rms_norm": render_rms_norm,
+    "linear": render_linear,
+    "rope": render_rope,
+    "attention": render_attention,
+    "silu_mul": render_silu_mul,
+    "add": render_add,
+    "logits": render_logits,
+    "argmax": render_argmax,
+}
+
+
+def section(ops: list[Op], shapes: dict[str, tuple[int, ...]], fused: dict[str, list[str]], tied: str | None) -> Section:
+    """A class's init (one buffer per weight it reads, with its shape) and forward body (one line per op)."""
+    init, seen = [], set()
+    for op in ops:
+        for w in op.weights:
+            if w in seen:
+                continue
+            seen.add(w)
+            note = f": {', '.join(fused[w])} fused" if w in fused else ""
+            note += ": the token embedding's tensor (tied head)" if w == tied and op.kind == "logits" else ""
+            shape = list(fused_shape(w, shapes, fused))
+            init.append(f'self.register_buffer("{attr(w)}", weights["{w}"])  # {shape}{note}')
+    body = [f"{RENDER[op.kind](op)}  # {op.shape}" if op.shape else RENDER[op.kind](op) for op in ops]
+    return Section(init, body)
+
+
+def fused_shape(name: str, shapes: dict[str, tuple[int, ...]], fused: dict[str, list[str]]) -> tuple[int, ...]:
+    if name not in fused:
+        return shapes[name]
+    parts = [shapes[p] for p in fused[name]]
+    return (sum(p[0] for p in parts), *parts[0][1:])
+
+
+def render_module(decoder: Decoder, checkpoint: Path, options: CompileOptions) -> str:
+    """The generated module's source."""
+    c = decoder.config
+    block_shapes = {name: w.shape for name, w in decoder.weights_of_layer(0).items()}
+    global_shapes = {w.name: w.shape for w in decoder.global_weights}
+    block_ops, block_fused = fuse_linears(decoder.block, block_shapes)
+    prologue_ops, prologue_fused = fuse_linears(decoder.prologue, global_shapes)
+    epilogue_ops, epilogue_fused = fuse_linears(decoder.epilogue, global_shapes)
+    global_fused = prologue_fused | epilogue_fused
+    hf = decoder.hf_names()
+    layer_prefix, hf_block = "layers.{layer}.", {w.name: w.hf_name for w in decoder.block_weights}
+
+    def sources(name: str, fused: dict[str, list[str]], lookup) -> list[str]:
+        return [lookup(part) for part in fused.get(name, [name])]
+
+    block_names = [w for op in block_ops for w in op.weights]
+    global_names = [w for op in (*prologue_ops, *epilogue_ops) for w in op.weights]
+    argmax = epilogue_ops[-1]
+    assert argmax.kind == "argmax", argmax
+    rope = next(op for op in block_ops if op.kind == "rope")
+    constants = [
+        ("VOCAB", c.vocab_size, "token ids"),
+        ("HIDDEN", c.hidden_size, "width of the residual stream"),
+        ("LAYERS", c.num_hidden_layers, "decoder blocks"),
+        ("HEADS", c.num_attention_heads, "query heads"),
+        ("KV_HEADS", c.num_key_value_heads, "key/value heads (grouped-query attention)"),
+        ("HEAD_DIM", c.head_dim, "width of one head"),
+        ("ROPE_THETA", rope.attrs["theta"], "RoPE base"),
+        ("MAX_POSITION_EMBEDDINGS", c.max_position_embeddings, "longest sequence the model supports"),
+        ("MAX_POSITIONS", options.max_positions, "default KV cache positions per row"),
+        ("DTYPE", TORCH_DTYPES[options.dtype], "default compute dtype"),
+    ]
+    compiled_config = {
+        "vocab_size": c.vocab_size, "hidden_size": c.hidden_size, "intermediate_size": c.intermediate_size,
+        "num_hidden_layers": c.num_hidden_layers, "num_attention_heads": c.num_attention_heads,
+        "num_key_value_heads": c.num_key_value_heads,
+    }  # fmt: skip
+    tied = decoder.head_weight if c.tie_word_embeddings else None
+    env = jinja2.Environment(
+        loader=jinja2.PackageLoader("linnet_core", "templates"),
+        trim_blocks=True,
+        lstrip_blocks=True,
+        keep_trailing_newline=True,
+        undefined=jinja2.StrictUndefined,
+    )
+    return env.get_template("torch_module.py.j2").render(
+        title=f"A Qwen2 decoder of {c.num_parameters / 1e6:.1f}M parameters",
+        summary=(
+            f"{c.num_hidden_layers} layers of width {c.hidden_size}; {c.num_attention_heads} query heads and "
+            f"{c.num_key_value_heads} key/value heads of {c.head_dim}; MLP width {c.intermediate_size}; "
+            f"vocabulary {c.vocab_size}; output head {'tied to the token embedding' if tied else 'untied'}."
+        ),
+        constants=[(n, f"{v!r}  # {doc}" if not isinstance(v, str) else f"{v}  # {doc}") for n, v, doc in constants],
+        global_weights=[(n, sources(n, global_fused, hf.__getitem__)) for n in dict.fromkeys(global_names)],
+        block_weights=[
+            (layer_prefix + n, sources(n, block_fused, lambda p: hf_block[layer_prefix + p]))
+            for n in dict.fromkeys(block_names)
+        ],
+        compiled_config=compiled_config,
+        prologue=section(prologue_ops, global_shapes, global_fused, tied),
+        block=section(block_ops, block_shapes, block_fused, tied),
+        epilogue=section(epilogue_ops, global_shapes, global_fused, tied),
+        epilogue_returns=f"{py(argmax.inputs[0])}[:, -1], {py(argmax.out[0])}",
+        embed_weight=decoder.prologue[0].weights[0],
+        hidden=c.hidden_size,
+        vocab=c.vocab_size,
+        layers=c.num_hidden_layers,
+        kv_heads=c.num_key_value_heads,
+        head_dim=c.head_dim,
+        rows=options.batch,
+        max_positions=options.max_positions,
+        default_checkpoint=repr(str(checkpoint)),
+    )
+
+
+def write(decoder: Decoder, checkpoint: Path, out: Path, options: CompileOptions) -> list[Path]:
+    """The `torch` target: writes OUT/linnet_torch_model.py, after checking the checkpoint holds the decoder's
+    tensors (a one-line UserError otherwise). Returns [the module's path]."""
+    checkpoint = Path(checkpoint).resolve()
+    check_weights(checkpoint, decoder.config, header_shapes(checkpoint))
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / f"{MODULE_NAME}.py"
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(render_module(decoder, checkpoint, options))
+    tmp.replace(path)
+    return [path]
+
+
+def import_generated(path: Path) -> ModuleType:
+    """Imports a generated module from its file, under a name of its own (several may be loaded at once)."""
+    path = Path(path).resolve()
+    name = f"{MODULE_NAME}_{abs(hash(str(path))):x}"
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # torch.compile and pickling look modules up by name
+    spec.loader.exec_module(module)
+    return module
+
+
+def load_engine(decoder: Decoder, checkpoint: Path, out: Path, options: CompileOptions, device: str = "cpu",
+                mode: str = "eager"):  # fmt: skip
+    """Emits the module into OUT, imports it and returns its Engine over the checkpoint, with options.batch
+    rows of options.max_positions positions in options.dtype. mode: "eager" | "inductor" | "cudagraphs"."""
+    [path] = write(decoder, checkpoint, out, options)
+    module = import_generated(path)
+    return module.Engine(checkpoint, rows=options.batch, max_positions=options.max_positions, device=device,
+                         dtype=options.dtype, mode=mode)  # fmt: skip

@@ -1,0 +1,48 @@
+"""What the three generated-PyTorch rows share: at load, emit the model's module into the run's work directory,
+import it, and drive its Engine (one cache row) in a given mode: eager, inductor or CUDA graphs."""
+
+from __future__ import annotations
+
+import torch
+
+from linnet_core.checkpoint import read_config
+from linnet_core.emit_torch import import_generated, write
+from linnet_core.graph import qwen2_decoder
+from linnet_core.targets import CompileOptions
+from runners import base
+from runners._torch import cuda_unavailable, set_threads
+
+
+class LinnetTorchRunner(base.Runner):
+    mode = "eager"  # the generated Engine's mode: "eager" | "inductor" | "cudagraphs"
+
+    @classmethod
+    def unavailable(cls, spec):
+        return cuda_unavailable(spec)
+
+    def load(self):
+        """Emitting and importing the module count as load time, as does a CUDA graph's capture."""
+        set_threads()
+        spec = self.spec
+        decoder = qwen2_decoder(read_config(spec.checkpoint))
+        options = CompileOptions(dtype=spec.dtype, max_positions=spec.max_positions, batch=1)
+        [path] = write(decoder, spec.checkpoint, spec.work / "generated", options)
+        module = import_generated(path)
+        self.engine = module.Engine(spec.checkpoint, rows=1, max_positions=spec.max_positions, device=spec.device,
+                                    dtype=spec.dtype, mode=self.mode)  # fmt: skip
+        self.notes.append(f"KV cache compiled for {spec.max_positions} positions")
+
+    def prefill(self, prompt):
+        return self.engine.prefill(0, prompt)
+
+    def decode(self, n):
+        step = self.engine.step
+        return [int(step()[0]) for _ in range(n)]
+
+    def score(self, ids, n_prefill):
+        return self.engine.score(ids, n_prefill)
+
+    def close(self):
+        self.engine = None
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()

@@ -1,0 +1,197 @@
+"""The PyTorch emitter and the module it writes: standalone, faithful to transformers through the cache path,
+rows independent of each other (what serving relies on), bad use refused."""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import subprocess
+import sys
+import typing
+
+import numpy as np
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from harness.registry import get_model
+from harness.workload import probe_ids, prompt_ids
+from linnet_core.emit_torch import RENDER, fuse_linears, import_generated, write
+from linnet_core.errors import UserError
+from linnet_core.graph import OpKind, qwen2_decoder
+from linnet_core.targets import CompileOptions
+from runners.base import RunSpec
+
+NEW = 16  # greedy tokens compared per sequence
+
+
+@pytest.fixture(scope="module")
+def module(tiny, tiny_checkpoint, tmp_path_factory):
+    [path] = write(qwen2_decoder(tiny.config), tiny_checkpoint, tmp_path_factory.mktemp("gen"), CompileOptions())
+    return import_generated(path)
+
+
+@pytest.fixture(scope="module")
+def reference(tiny, tiny_checkpoint):
+    """transformers eager, the reference row's own runner, in this process."""
+    from runners.transformers_eager import Runner
+
+    probe = probe_ids(tiny.first_special_token, 0)
+    spec = RunSpec("transformers", "runners.transformers_eager", tiny.id, str(tiny_checkpoint), "f32", "cpu",
+                   probe, NEW, 0, 0, probe, 24, 256, "/nonexistent")  # fmt: skip
+    runner = Runner(spec)
+    runner.load()
+    return runner
+
+
+def engine(module, checkpoint, **kw):
+    return module.Engine(checkpoint, **{"max_positions": 256, **kw})
+
+
+def generate(eng, row, prompt, n=NEW):
+    """Greedy tokens of one row when it is the only row being prefilled: [first, *n - 1 more]."""
+    tokens = [eng.prefill(row, prompt)]
+    tokens += [int(eng.step()[row]) for _ in range(n - 1)]
+    return tokens
+
+
+def test_every_op_kind_has_a_renderer():
+    assert set(typing.get_args(OpKind)) == set(RENDER)
+
+
+def test_linears_reading_one_value_are_fused(tiny):
+    decoder = qwen2_decoder(tiny.config)
+    shapes = {n: w.shape for n, w in decoder.weights_of_layer(0).items()}
+    ops, fused = fuse_linears(decoder.block, shapes)
+    linears = [op for op in ops if op.kind == "linear"]
+    assert [op.out for op in linears] == [("q", "k", "v"), ("o",), ("g", "u"), ("d",)]
+    assert linears[0].weights == ("qkv_proj.weight", "qkv_proj.bias") and linears[0].attrs["split"] == (64, 32, 32)
+    assert fused == {
+        "qkv_proj.weight": ["q_proj.weight", "k_proj.weight", "v_proj.weight"],
+        "qkv_proj.bias": ["q_proj.bias", "k_proj.bias", "v_proj.bias"],
+        "gate_up_proj.weight": ["gate_proj.weight", "up_proj.weight"],
+    }
+    assert len(ops) == len(decoder.block) - 3  # five linears became two
+
+
+def test_the_source_is_readable_python_with_one_class_per_block(module):
+    source = open(module.__file__).read()
+    classes = [n.name for n in ast.parse(source).body if isinstance(n, ast.ClassDef)]
+    assert classes == ["Prologue", "Block", "Epilogue", "Decoder", "Engine"]
+    assert "import transformers" not in source and "linnet_core" not in source
+    assert "q, k, v = F.linear(h, self.qkv_proj_weight, self.qkv_proj_bias).split((64, 32, 32), dim=-1)" in source
+    assert "# [B, T, 192], [B, T, 192]" in source  # shape comments
+    assert "[1024, 64]: the token embedding's tensor (tied head)" in source
+
+
+def test_the_loader_fuses_and_reads_the_tied_embedding_once(module, tiny_checkpoint):
+    eng = engine(module, tiny_checkpoint)
+    hf = load_file(tiny_checkpoint / "model.safetensors")
+    block = eng.model.blocks[1]
+    p = "model.layers.1."
+    qkv = torch.cat([hf[p + f"self_attn.{n}_proj.weight"] for n in "qkv"])
+    assert torch.equal(block.qkv_proj_weight, qkv)
+    assert torch.equal(block.gate_up_proj_weight, torch.cat([hf[p + "mlp.gate_proj.weight"], hf[p + "mlp.up_proj.weight"]]))
+    assert torch.equal(block.down_proj_weight, hf[p + "mlp.down_proj.weight"])
+    assert eng.model.epilogue.embed_weight is eng.model.prologue.embed_weight  # one tensor for embedding and head
+
+
+def test_logits_and_tokens_match_transformers_through_the_cache(module, tiny_checkpoint, reference, tiny):
+    eng = engine(module, tiny_checkpoint)
+    probe = probe_ids(tiny.first_special_token, 0)
+    logits = eng.score(probe, 24)
+    assert logits.shape == (len(probe) - 24 + 1, tiny.config.vocab_size) and logits.dtype == np.float32
+    assert np.abs(logits - reference.score(probe, 24)).max() <= 1e-4
+    expected = [reference.prefill(probe), *reference.decode(NEW - 1)]
+    assert generate(eng, 0, probe) == expected
+    assert len(set(expected)) > 3  # the synthetic weights do not collapse into one repeated token
+
+
+def test_the_static_window_step_the_cuda_graph_runs_matches(module, tiny_checkpoint, tiny):
+    """A CUDA graph replays decode_step over the whole cache window whatever the positions: the same logits."""
+    probe = probe_ids(tiny.first_special_token, 0)
+    windowed = engine(module, tiny_checkpoint)
+    static = engine(module, tiny_checkpoint)
+    static.decode = lambda window: static.decode_step(static.max_positions)
+    # attending over masked-out keys too only changes the softmax's summation order
+    np.testing.assert_allclose(static.score(probe, 24), windowed.score(probe, 24), atol=3e-5)
+    assert generate(static, 0, probe) == generate(windowed, 0, probe)
+
+
+def test_rows_at_different_positions_get_the_tokens_of_single_row_runs(module, tiny_checkpoint, tiny):
+    prompts = [prompt_ids(n, tiny.first_special_token, seed) for n, seed in ((30, 1), (17, 2), (45, 3))]
+    solo = [generate(engine(module, tiny_checkpoint), 0, p) for p in prompts]
+
+    eng = engine(module, tiny_checkpoint, rows=4)  # row 3 stays idle and computes harmlessly
+    got = [[eng.prefill(0, prompts[0])], [], []]
+    for step in range(NEW - 1):
+        if step == 3:  # row 1 joins mid-run (continuous batching)
+            got[1].append(eng.prefill(1, prompts[1]))
+        if step == 6:  # row 2 joins in two chunks, the second continuing the first
+            eng.prefill(2, prompts[2][:20])
+            got[2].append(eng.prefill(2, prompts[2][20:], start=20))
+        tokens = eng.step()
+        assert tokens.shape == (4,) and tokens.dtype == np.int64
+        for row in range(3):
+            if got[row] and len(got[row]) < NEW:
+                got[row].append(int(tokens[row]))
+    assert got[0] == solo[0]
+    assert got[1] == solo[1][: len(got[1])] and len(got[1]) == NEW - 3
+    assert got[2] == solo[2][: len(got[2])] and len(got[2]) == NEW - 6
+
+
+def test_bad_use_is_refused(module, tiny_checkpoint, tmp_path):
+    eng = engine(module, tiny_checkpoint, max_positions=64)
+    with pytest.raises(ValueError, match="cannot prefill 60 tokens at 10 of row 0"):
+        eng.prefill(0, list(range(60)), start=10)
+    with pytest.raises(ValueError, match="of row 1"):
+        eng.prefill(1, [1, 2])
+    with pytest.raises(ValueError, match="unknown mode 'fast'"):
+        engine(module, tiny_checkpoint, mode="fast")
+    with pytest.raises(ValueError, match="CUDA graphs need a GPU"):
+        engine(module, tiny_checkpoint, mode="cudagraphs")
+    other = tmp_path / "other"
+    other.mkdir()
+    config = json.loads((tiny_checkpoint / "config.json").read_text()) | {"hidden_size": 128}
+    (other / "config.json").write_text(json.dumps(config))
+    with pytest.raises(ValueError, match="config.json has hidden_size=128, this module is compiled for 64"):
+        engine(module, other)
+
+
+def test_write_refuses_a_checkpoint_of_another_model(tiny_checkpoint, tmp_path):
+    big = qwen2_decoder(get_model("qwen2.5-0.5b").config)
+    with pytest.raises(UserError, match="has shape"):
+        write(big, tiny_checkpoint, tmp_path, CompileOptions())
+    assert not list(tmp_path.iterdir())
+
+
+def test_linnet_compile_writes_a_module_that_runs_without_linnet(tiny_checkpoint, tmp_path, reference, tiny):
+    """`linnet compile`, then a fresh interpreter outside the repository imports the module alone."""
+    out = tmp_path / "out"
+    done = subprocess.run([sys.executable, "-m", "linnet_core.cli", "compile", "qwen2-tiny", "--target", "torch",
+                           "--out", str(out), "--max-positions", "128"], capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == f"wrote {out / 'linnet_torch_model.py'}\n"
+    probe = probe_ids(tiny.first_special_token, 0)
+    script = (
+        f"import sys; sys.path.insert(0, {str(out)!r}); import linnet_torch_model as m\n"
+        f"engine = m.Engine()\n"  # the checkpoint it was compiled from, 128 positions
+        f"tokens = [engine.prefill(0, {probe})] + [int(engine.step()[0]) for _ in range({NEW - 1})]\n"
+        f"ours = [n for n in sys.modules if n.split('.')[0] in ('linnet_core', 'harness', 'runners', 'transformers')]\n"
+        f"print(engine.max_positions, tokens, ours)"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=tmp_path, env=env, timeout=120)
+    assert run.returncode == 0, run.stderr
+    expected = [reference.prefill(probe), *reference.decode(NEW - 1)]
+    assert run.stdout.split(" ", 1) == ["128", f"{expected} []\n"]
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
+def test_the_cuda_graph_engine_matches_eager_on_a_gpu(module, tiny_checkpoint, tiny):
+    probe = probe_ids(tiny.first_special_token, 0)
+    eager = engine(module, tiny_checkpoint, device="cuda")
+    graphed = engine(module, tiny_checkpoint, device="cuda", mode="cudagraphs")
+    np.testing.assert_allclose(graphed.score(probe, 24), eager.score(probe, 24), atol=1e-4)
+    assert generate(graphed, 0, probe) == generate(eager, 0, probe)

@@ -1,0 +1,46 @@
+"""The generated-PyTorch rows (linnet-torch, linnet-inductor, linnet-cudagraphs) through the real harness: child
+processes, the quick profile, the transformers reference; f32 logits within 1e-4 through the cache path and
+every greedy token the reference's."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from harness.bench import BenchSettings, run_bench
+from harness.results import load_result
+from harness.workload import get_profile
+from runners import RUNNERS
+
+ROWS = ["linnet-torch", "linnet-inductor", "linnet-cudagraphs"]
+QUICK = get_profile("quick")
+
+
+@pytest.fixture(scope="module")
+def rows(tiny, tmp_path_factory, private_cache):
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    settings = BenchSettings(tiny, tuple(RUNNERS[r] for r in ROWS), QUICK, "f32", device, None,
+                             tmp_path_factory.mktemp("results"))  # fmt: skip
+    result = load_result(run_bench(settings))
+    assert result.complete
+    return {r.runner: r for r in result.rows}
+
+
+@pytest.mark.parametrize("runner", ROWS)
+def test_each_row_names_the_stack_it_replaces(runner, rows):
+    info = RUNNERS[runner]
+    assert info.group == "PyTorch" and info.peer == "transformers-compiled"
+    assert rows[runner].label == info.label and rows[runner].peer == "transformers-compiled"
+
+
+@pytest.mark.parametrize("runner", ROWS)
+def test_rows_that_run_here_match_the_reference(runner, rows):
+    row = rows[runner]
+    if runner == "linnet-cudagraphs" and not torch.cuda.is_available():
+        assert row.status == "skipped" and row.reason == "CUDA graphs need a GPU"
+        return
+    assert row.status == "ok", row.reason
+    assert row.distance is not None and row.distance <= 1e-4
+    assert row.tokens_agree == QUICK.new_tokens
+    assert f"KV cache compiled for {QUICK.max_positions} positions" in row.notes
+    assert row.metrics["decode_tok_s"] > 0 and row.metrics["load_s"] > 0

@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parent.parent
 # the load tests need rows that stay busy for seconds: the tests' reference engine is slow enough
 BACKEND = "tests.serve_reference_engine:make_engine"
 ROWS, POSITIONS, MAX_WAITING = 2, 512, 2
-REAL_BACKEND = "ort"  # a Linnet engine, as a user runs `linnet serve`
+REAL_BACKEND = "torch"  # a Linnet engine, the default of `linnet serve`
 TIMEOUT = httpx.Timeout(30.0)
 
 

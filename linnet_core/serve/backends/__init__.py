@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import os
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,6 +29,13 @@ class EngineSpec:
     device: str = "cpu"  # "cpu" | "cuda"
     work_dir: Path | None = None  # where a backend may write its artefacts (generated source, graphs); a temp dir when None
     mode: str | None = None  # a backend's variant, e.g. torch "eager" | "inductor" | "cudagraphs"; None picks per device
+    threads: int | None = None  # intra-op threads on a CPU; None: every core but one, which the serving loop keeps
+
+    @property
+    def cpu_threads(self) -> int:
+        """The serving loop and its clients (the event loop, HTTP, streaming) run beside the engine; an intra-op
+        pool over every core would fight them for the last one."""
+        return self.threads or max(1, len(os.sched_getaffinity(0)) - 1)
 
 
     def work(self, name: str) -> Path:

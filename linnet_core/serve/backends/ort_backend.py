@@ -42,8 +42,11 @@ def make(spec: EngineSpec) -> Built:
     decoder = qwen2_decoder(read_config(spec.checkpoint))
     options = CompileOptions(dtype=spec.dtype, max_positions=spec.max_positions, batch=spec.rows)
     model = write_onnx(decoder, spec.checkpoint, spec.work("onnx"), options)[0]
-    engine = OrtEngine(model, SessionSettings(provider=provider))
+    threads = spec.cpu_threads if provider == "cpu" else 0
+    engine = OrtEngine(model, SessionSettings(provider=provider, threads=threads))
     notes = [f"ONNX Runtime, {PROVIDER_LABELS[provider]} execution provider, {spec.dtype}", *engine.notes]
+    if provider == "cpu":
+        notes.append(f"{threads} intra-op thread(s)")
     if engine.use_cuda_graphs:
         notes.append("decode steps replayed as CUDA graphs")
     return Built(OrtServing(engine), notes)

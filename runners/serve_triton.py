@@ -14,8 +14,6 @@ import subprocess
 import time
 from pathlib import Path
 
-import httpx
-
 from runners import base
 
 READY_TIMEOUT_S = 900  # model loading inside the server (weights, compilation, CUDA-graph capture)
@@ -57,6 +55,8 @@ class TritonServing(base.ServingRunner):
             stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True,
         )  # fmt: skip
         self.url = f"http://127.0.0.1:{http}"
+        import httpx  # here, not at the top: a machine without httpx still says "tritonserver is not installed"
+
         deadline = time.monotonic() + READY_TIMEOUT_S
         while time.monotonic() < deadline:
             assert self.server.poll() is None, f"tritonserver exited with {self.server.returncode}; see {self.log.name}"
@@ -71,6 +71,8 @@ class TritonServing(base.ServingRunner):
         self.notes.append("over HTTP, streamed (generate_stream), first tokens timed at the client")
 
     async def start(self):
+        import httpx
+
         limits = httpx.Limits(max_connections=self.rows, max_keepalive_connections=self.rows)
         self.client = httpx.AsyncClient(base_url=self.url, limits=limits, timeout=httpx.Timeout(600.0))
 

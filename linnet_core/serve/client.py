@@ -5,6 +5,7 @@ cross to the event loop in one call_soon_threadsafe, so the loop wakes once per 
 from __future__ import annotations
 
 import asyncio
+from collections import deque
 
 from linnet_core.serve.engine_loop import ServeEngine
 from linnet_core.serve.request import Event, Request, SamplingParams
@@ -15,7 +16,9 @@ class Stream:
 
     def __init__(self, client: AsyncClient, request: Request):
         self.client, self.request = client, request
-        self.queue: asyncio.Queue[Event] = asyncio.Queue()
+        # a deque and one waiter rather than an asyncio.Queue: this runs for every token of every request
+        self.pending: deque[Event] = deque()
+        self.waiter: asyncio.Future | None = None
         self.finish_reason: str | None = None
         self.error: str | None = None
 
@@ -29,10 +32,22 @@ class Stream:
     async def __anext__(self) -> Event:
         if self.finish_reason is not None:
             raise StopAsyncIteration
-        event = await self.queue.get()
+        while not self.pending:
+            self.waiter = self.client.loop.create_future()
+            try:
+                await self.waiter
+            finally:
+                self.waiter = None
+        event = self.pending.popleft()
         if event.finish_reason is not None:
             self.finish_reason, self.error = event.finish_reason, event.error
         return event
+
+    def push(self, event: Event) -> None:
+        """On the event loop: one more event, waking the reader if it waits."""
+        self.pending.append(event)
+        if self.waiter is not None and not self.waiter.done():
+            self.waiter.set_result(None)
 
     def cancel(self) -> None:
         """Gives the row back (a client went away); harmless once the request has finished."""
@@ -81,6 +96,6 @@ class AsyncClient:
             stream = self.streams.get(event.request_id)
             if stream is None:
                 continue
-            stream.queue.put_nowait(event)
+            stream.push(event)
             if event.finish_reason is not None:
                 del self.streams[event.request_id]

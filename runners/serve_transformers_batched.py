@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import os
 
 import torch
 from transformers import AutoModelForCausalLM, ContinuousBatchingConfig, GenerationConfig
@@ -26,6 +27,9 @@ class Runner(base.ServingRunner):
 
     def load(self):
         torch.set_grad_enabled(False)
+        if self.spec.device == "cpu":  # as linnet.serve's rows: one core stays with the serving loop and the client
+            torch.set_num_threads(max(1, len(os.sched_getaffinity(0)) - 1))
+            self.notes.append(f"{torch.get_num_threads()} intra-op thread(s), as linnet.serve's rows")
         w = self.spec.serving_workload
         model = AutoModelForCausalLM.from_pretrained(self.spec.checkpoint, dtype=torch_dtype(self.spec.dtype))
         self.model = model.to(self.spec.device).eval()

@@ -22,6 +22,8 @@ class CompileOptions:
 TARGETS: dict[str, str] = {
     "onnx": "linnet_core.emit_onnx:write_onnx",
     "torch": "linnet_core.emit_torch:write",
+    "jax": "linnet_core.emit_jax:compile_jax",
+    "stablehlo": "linnet_core.export_stablehlo:compile_stablehlo",
 }
 
 

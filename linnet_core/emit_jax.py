@@ -1,0 +1,197 @@
+"""Linnet's JAX emitter: the model description (linnet_core.graph) rendered as a readable, standalone JAX module.
+
+Each op kind is rendered once: a helper function (HELPERS) emitted once into the module, and one call line
+per op (render_op) in the block, the prologue or the epilogue. The fixed rest of the module (the jitted
+`prefill` and `decode_step` over a donated static KV cache, the safetensors loader, the Engine) is the
+template templates/jax_module.py.j2. `compile_jax` is the `jax` target of `linnet compile`."""
+
+from __future__ import annotations
+
+import importlib.util
+import inspect
+import sys
+from pathlib import Path
+
+import jinja2
+
+from linnet_core.graph import Decoder, Op
+from linnet_core.safetensors_np import read_safetensors
+from linnet_core.targets import CompileOptions
+
+MODULE_FILE = "linnet_qwen2_jax.py"  # the generated module's file name
+DTYPE_NAMES = {"f32": "float32", "f16": "float16", "bf16": "bfloat16"}
+
+# The Python function each op kind calls; "add" is written inline as "+".
+FUNCTIONS = {
+    "embed": "embed",
+    "rms_norm": "rms_norm",
+    "linear": "linear",
+    "rope": "rope",
+    "attention": "attention",
+    "silu_mul": "silu_mul",
+    "logits": "output_head",
+    "argmax": "greedy",
+}
+# Values of the description whose names would shadow a Python builtin.
+IDENTIFIERS = {"next": "next_ids"}
+# Kinds that also read and write the layer's cache (and the first cache row of the call).
+CACHE_KINDS = {"attention"}
+
+HELPERS = {
+    "embed": '''
+def embed(tokens, table):
+    """Token embedding: ids [B, T] -> [B, T, H]."""
+    return jnp.take(table, tokens, axis=0)''',
+    "rms_norm": '''
+def rms_norm(x, weight, eps):
+    """RMSNorm over the last axis, computed in float32 and cast back as the checkpoint's model does."""
+    x32 = x.astype(jnp.float32)
+    x32 = x32 * jax.lax.rsqrt(jnp.mean(x32 * x32, axis=-1, keepdims=True) + eps)
+    return weight * x32.astype(x.dtype)''',
+    "linear": '''
+def linear(x, weight, bias=None):
+    """x [B, T, in] times weight [out, in] (the checkpoint's layout, not transposed), plus bias [out]."""
+    y = jnp.einsum("bti,oi->bto", x, weight, precision=PRECISION)
+    return y if bias is None else y + bias''',
+    "rope": '''
+def rope(q, k, positions, heads, kv_heads, head_dim, theta):
+    """Rotate-half rotary embedding at each row's own positions [B, T]: q [B, T, heads * D], k [B, T, kv_heads * D]."""
+    inv_freq = 1.0 / theta ** (jnp.arange(0, head_dim, 2, dtype=jnp.float32) / head_dim)  # [D / 2]
+    angles = positions[:, :, None].astype(jnp.float32) * inv_freq  # [B, T, D / 2]
+    angles = jnp.concatenate([angles, angles], axis=-1)[:, :, None, :]  # [B, T, 1, D]
+    cos, sin = jnp.cos(angles).astype(q.dtype), jnp.sin(angles).astype(q.dtype)
+
+    def rotate(x, n):
+        x = x.reshape(*x.shape[:2], n, head_dim)  # [B, T, n, D]
+        x1, x2 = jnp.split(x, 2, axis=-1)
+        return (x * cos + jnp.concatenate([-x2, x1], axis=-1) * sin).reshape(*x.shape[:2], n * head_dim)
+
+    return rotate(q, heads), rotate(k, kv_heads)''',
+    "attention": '''
+def attention(q, k, v, positions, cache, row, heads, kv_heads, head_dim):
+    """Writes k, v [B, T, kv_heads * D] into cache rows row..row+B-1 at positions [B, T], then attends causally:
+    each query sees its row's cache up to its own position. q [B, T, heads * D] -> [B, T, heads * D].
+    Grouped-query attention: each key/value head serves heads // kv_heads query heads."""
+    B, T = positions.shape
+    S = cache["k"].shape[2]
+    # Scatter into the donated cache, in place, through its [R * kv, S, D] view: row r's head h is r * kv + h.
+    # (On the [R, kv, S, D] array itself, XLA's CPU backend turns a one-row write into a dynamic-update-slice
+    # that it duplicates into the attention's matmul, copying the cache.) Positions past S are dropped.
+    heads_of = ((row + jnp.arange(B, dtype=jnp.int32)[:, None]) * kv_heads + jnp.arange(kv_heads))[:, None, :]  # [B, 1, kv]
+    at = positions[:, :, None]  # [B, T, 1]
+
+    def write(c, new):  # c [R, kv, S, D], new [B, T, kv * D]
+        flat = c.reshape(-1, S, head_dim).at[heads_of, at].set(new.reshape(B, T, kv_heads, head_dim), mode="drop", unique_indices=True)
+        return flat.reshape(c.shape)
+
+    cache_k, cache_v = write(cache["k"], k), write(cache["v"], v)  # [R, kv, S, D]
+    # The call's rows, heads leading, as the cache and the matmuls lay them out (no transposed copies).
+    keys = jax.lax.dynamic_slice_in_dim(cache_k, row, B, axis=0)  # [B, kv, S, D]
+    values = jax.lax.dynamic_slice_in_dim(cache_v, row, B, axis=0)
+    q = q.reshape(B, T, kv_heads, heads // kv_heads, head_dim).transpose(0, 2, 1, 3, 4)  # [B, kv, T, G, D]
+    scores = jnp.einsum("bktgd,bksd->bktgs", q, keys, precision=PRECISION) * head_dim**-0.5  # [B, kv, T, G, S]
+    visible = jnp.arange(S, dtype=jnp.int32) <= positions[:, None, :, None, None]  # [B, 1, T, 1, S]
+    scores = jnp.where(visible, scores.astype(jnp.float32), -jnp.inf)
+    weights = jax.nn.softmax(scores, axis=-1).astype(q.dtype)  # softmax in float32, as the reference does
+    out = jnp.einsum("bktgs,bksd->btkgd", weights, values, precision=PRECISION)  # [B, T, kv, G, D]
+    return out.reshape(B, T, heads * head_dim), {"k": cache_k, "v": cache_v}''',
+    "silu_mul": '''
+def silu_mul(gate, up):
+    """SwiGLU: silu(gate) * up, [B, T, I]."""
+    return jax.nn.silu(gate) * up''',
+    "logits": '''
+def output_head(x, head):
+    """Logits: x [B, T, H] times the head [V, H] (the token embedding when tied) -> [B, T, V]."""
+    return jnp.einsum("bth,vh->btv", x, head, precision=PRECISION)''',
+    "argmax": '''
+def greedy(logits):
+    """Greedy next ids from the last position's logits [B, T, V] -> [B], on the device."""
+    return jnp.argmax(logits[:, -1], axis=-1).astype(jnp.int32)''',
+}
+
+TEMPLATE = "jax_module.py.j2"
+
+
+def name(value: str) -> str:
+    return IDENTIFIERS.get(value, value)
+
+
+def render_op(op: Op, weight_ref: str, shape: str | None = None) -> str:
+    """One op as one line of Python: `out = function(inputs, weights, attrs)  # shape`.
+
+    weight_ref formats a weight's name into an expression, e.g. 'p["{}"]' inside the block."""
+    outs = [name(v) for v in op.out]
+    ins = [name(v) for v in op.inputs]
+    comment = f"  # {shape or op.shape}" if (shape or op.shape) else ""
+    if op.kind == "add":
+        return f"{outs[0]} = {ins[0]} + {ins[1]}{comment}"
+    if op.kind == "argmax":
+        assert op.attrs.get("at") == "last", op  # forward() runs the head on the last position only
+        attrs = {}
+    else:
+        attrs = op.attrs
+    if op.kind in CACHE_KINDS:
+        ins, outs = [*ins, "cache", "row"], [*outs, "cache"]
+    args = [*ins, *(weight_ref.format(w) for w in op.weights), *(f"{k}={v!r}" for k, v in attrs.items())]
+    return f"{', '.join(outs)} = {FUNCTIONS[op.kind]}({', '.join(args)}){comment}"
+
+
+def emit_module(decoder: Decoder, options: CompileOptions = CompileOptions(), title: str = "Linnet") -> str:
+    """The generated module's source text."""
+    config = decoder.config
+    kinds = [op.kind for op in (*decoder.prologue, *decoder.block, *decoder.epilogue)]
+    helpers = "\n\n\n".join(HELPERS[k].strip("\n") for k in dict.fromkeys(kinds) if k in HELPERS)
+    f32 = options.dtype == "f32"
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(Path(__file__).parent / "templates"),
+        trim_blocks=True,
+        lstrip_blocks=True,
+        keep_trailing_newline=True,
+        undefined=jinja2.StrictUndefined,
+    )
+    return env.get_template(TEMPLATE).render(
+        title=title,
+        c=config,
+        dtype_name=DTYPE_NAMES[options.dtype],
+        precision="HIGHEST" if f32 else "DEFAULT",
+        precision_why="float32 matmuls in full float32 (no TF32 or bf16 passes on a GPU)"
+        if f32
+        else "the dtype's own matmuls, accumulating in float32",
+        helpers=helpers,
+        prologue_lines=[render_op(op, 'params["{}"]') for op in decoder.prologue],
+        block_lines=[render_op(op, 'p["{}"]') for op in decoder.block],
+        # the epilogue runs on the last position: T is 1 there
+        epilogue_lines=[render_op(op, 'params["{}"]', op.shape.replace("T", "1")) for op in decoder.epilogue],
+        global_names=[(w.name, w.hf_name) for w in decoder.global_weights],
+        block_names=[(w.name.removeprefix("layers.{layer}."), w.hf_name) for w in decoder.block_weights],
+        reader=inspect.getsource(read_safetensors),
+    )
+
+
+def write_module(decoder: Decoder, out: Path, options: CompileOptions = CompileOptions(), title: str = "Linnet") -> Path:
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / MODULE_FILE
+    path.write_text(emit_module(decoder, options, title))
+    return path
+
+
+def import_module(path: Path, module_name: str = "linnet_qwen2_jax"):
+    """Imports a generated module from its file (a fresh module object each time)."""
+    spec = importlib.util.spec_from_file_location(module_name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[module_name] = module  # dataclasses and pickling look modules up by name
+    spec.loader.exec_module(module)
+    return module
+
+
+def load_engine(decoder: Decoder, checkpoint: Path, work: Path, options: CompileOptions = CompileOptions(), device=None):
+    """Emits the module into `work`, imports it and returns its Engine over the checkpoint's weights: options.batch
+    rows of options.max_positions positions, on `device` (a jax.Device; JAX's default if None)."""
+    module = import_module(write_module(decoder, work, options))
+    return module.load_engine(checkpoint, options.batch, options.max_positions, device)
+
+
+def compile_jax(decoder: Decoder, checkpoint: Path, out: Path, options: CompileOptions) -> list[Path]:
+    """The `jax` target: the generated module (it reads the checkpoint itself when it loads)."""
+    return [write_module(decoder, out, options)]

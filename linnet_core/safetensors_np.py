@@ -1,0 +1,33 @@
+"""Reading named tensors of a Hugging Face checkpoint into numpy, bf16 included.
+
+safetensors' own numpy reader refuses bf16 (numpy has no such dtype), and JAX's reader goes through numpy.
+The format is an 8-byte header length, a JSON header (name -> dtype, shape, byte offsets), then the bytes;
+ml_dtypes (shipped with JAX) supplies bfloat16. The emitted JAX module carries a copy of this function so it
+stays standalone; the StableHLO runtime imports it."""
+
+from __future__ import annotations
+
+
+def read_safetensors(directory, names):
+    """{name: numpy array} for each name, read (memory-mapped) from directory/*.safetensors."""
+    import json
+    from pathlib import Path
+
+    import ml_dtypes
+    import numpy as np
+
+    dtypes = {"F32": np.float32, "F16": np.float16, "BF16": ml_dtypes.bfloat16, "I32": np.int32, "I64": np.int64}
+    wanted, found = set(names), {}
+    for file in sorted(Path(directory).glob("*.safetensors")):
+        data = np.memmap(file, dtype=np.uint8, mode="r")
+        header_len = int.from_bytes(data[:8].tobytes(), "little")
+        header = json.loads(data[8 : 8 + header_len].tobytes())
+        body = data[8 + header_len :]
+        for name, info in header.items():
+            if name in wanted:
+                begin, end = info["data_offsets"]
+                found[name] = body[begin:end].view(dtypes[info["dtype"]]).reshape(info["shape"])
+    missing = sorted(wanted - found.keys())
+    if missing:
+        raise KeyError(f"{directory}: the checkpoint lacks tensor {missing[0]}")
+    return found

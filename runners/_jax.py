@@ -1,0 +1,40 @@
+"""Small helpers shared by the JAX rows (KerasHub, Linnet's generated JAX and StableHLO): the device, matmul
+precision, and the allocator's peak memory. Importing this module configures JAX for a child process, so it
+must come before the first `import jax` of a runner module."""
+
+from __future__ import annotations
+
+import os
+
+# Without this JAX reserves 75% of the GPU at start-up, and NVML would report that reservation for every row.
+os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+
+import jax  # noqa: E402
+
+GIB = 2**30
+PLATFORMS = {"cpu": "cpu", "cuda": "gpu"}  # RunSpec.device -> JAX's platform name
+MEMORY_NOTE = "peak memory is JAX's allocator peak; the driver shows its pool, which grows in whole regions"
+
+
+def unavailable(spec) -> str | None:
+    if spec.device == "cuda":
+        try:
+            jax.devices("gpu")
+        except RuntimeError:
+            return "CUDA requested but JAX sees no GPU"
+    return None
+
+
+def device(spec) -> jax.Device:
+    """The JAX device a row runs on; f32 rows get true f32 matmuls (a GPU would otherwise use TF32)."""
+    if spec.dtype == "f32":
+        jax.config.update("jax_default_matmul_precision", "highest")
+    return jax.devices(PLATFORMS[spec.device])[0]
+
+
+def record_allocator_peak(runner, dev: jax.Device) -> None:
+    """On a GPU: JAX's own peak in runner.metrics (allocator_peak_gib) and the note saying what it is."""
+    stats = dev.memory_stats() or {}
+    if runner.spec.device == "cuda" and "peak_bytes_in_use" in stats:
+        runner.metrics["allocator_peak_gib"] = stats["peak_bytes_in_use"] / GIB
+        runner.notes.append(MEMORY_NOTE)

@@ -1,0 +1,58 @@
+"""Linnet, XLA (StableHLO): `linnet compile --target stablehlo` runs first in a separate process (timed, in the
+notes), then this process deserializes the artefacts and calls them with the checkpoint's weights. It imports no
+model code: only linnet_core.stablehlo_engine, the small loader of serialized functions and weights."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+
+from linnet_core.stablehlo_engine import load_engine
+from runners import _jax, base
+
+MODEL_CODE = ("linnet_core.graph", "linnet_core.emit_jax", "linnet_core.export_stablehlo")
+
+
+class Runner(base.Runner):
+    @classmethod
+    def unavailable(cls, spec):
+        return _jax.unavailable(spec)
+
+    def compile(self):
+        """Writes the artefacts with the `linnet` CLI in a child process; returns (directory, seconds)."""
+        out = self.spec.work / "stablehlo"
+        command = [
+            sys.executable, "-m", "linnet_core.cli", "compile", self.spec.model, "--target", "stablehlo",
+            "--out", str(out), "--weights", self.spec.checkpoint, "--dtype", self.spec.dtype,
+            "--max-positions", str(self.spec.max_positions),
+        ]  # fmt: skip
+        start = time.perf_counter()
+        done = subprocess.run(command, capture_output=True, text=True)
+        if done.returncode != 0:
+            raise RuntimeError(f"linnet compile --target stablehlo failed: {(done.stdout + done.stderr)[-1500:]}")
+        return out, time.perf_counter() - start
+
+    def load(self):
+        self.device = _jax.device(self.spec)
+        artefacts, compile_s = self.compile()
+        self.engine = load_engine(artefacts, self.spec.checkpoint, self.device)
+        leaked = [m for m in MODEL_CODE if m in sys.modules]
+        assert not leaked, f"the StableHLO row imported model code: {leaked}"
+        self.metrics["compile_s"] = compile_s
+        self.notes.append(
+            f"artefacts written by `linnet compile --target stablehlo` in a separate process in {compile_s:.1f} s "
+            "(included in load time); this process deserializes and runs them, with no model code"
+        )
+
+    def prefill(self, prompt):
+        return self.engine.prefill(0, prompt)
+
+    def decode(self, n):
+        return [int(self.engine.step()[0]) for _ in range(n)]
+
+    def score(self, ids, n_prefill):
+        return self.engine.score(ids, n_prefill)
+
+    def close(self):
+        _jax.record_allocator_peak(self, self.device)

@@ -1,0 +1,129 @@
+"""Linnet's generated JAX: the emitted source, its engine against transformers eager through the cache path,
+rows at different positions, the cache updated in place, the `jax` compile target, and the linnet-jax row."""
+
+from __future__ import annotations
+
+import ast
+import inspect
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from harness.bench import BenchSettings, run_bench
+from harness.results import load_result
+from harness.workload import get_profile, probe_ids
+from linnet_core.emit_jax import FUNCTIONS, MODULE_FILE, emit_module, import_module, write_module
+from linnet_core.graph import qwen2_decoder
+from runners import RUNNERS
+from runners.base import RunSpec
+
+
+def reference_logits(checkpoint, ids, n_prefill):
+    """transformers eager (the reference row's own code) through the cache path, f32."""
+    from runners.transformers_eager import Runner
+
+    spec = RunSpec("transformers", "", "qwen2-tiny", str(checkpoint), "f32", "cpu", [], 1, 0, 0, [], 0, 64, "")
+    runner = Runner(spec)
+    runner.load()
+    return runner.score(ids, n_prefill)
+
+
+@pytest.fixture(scope="module")
+def module(tiny, tmp_path_factory):
+    return import_module(write_module(qwen2_decoder(tiny.config), tmp_path_factory.mktemp("generated")))
+
+
+def test_the_source_renders_each_op_kind_once_and_each_op_as_one_line(tiny):
+    decoder = qwen2_decoder(tiny.config)
+    source = emit_module(decoder)
+    tree = ast.parse(source)
+    defined = [node.name for node in tree.body if isinstance(node, ast.FunctionDef)]
+    used = {op.kind for op in (*decoder.prologue, *decoder.block, *decoder.epilogue)} - {"add"}
+    assert sorted(FUNCTIONS[k] for k in used) == sorted(set(defined) & set(FUNCTIONS.values()))
+    assert all(defined.count(name) == 1 for name in defined), defined
+    block = next(node for node in tree.body if isinstance(node, ast.FunctionDef) and node.name == "block")
+    assert len(block.body) == 1 + len(decoder.block) + 1  # docstring, one statement per op, return
+    assert "[B, T, 192]" in source and "eps=1e-06" in source and "theta=1000000.0" in source
+
+
+def test_the_engine_matches_transformers_through_the_cache_path(module, tiny_checkpoint, tiny):
+    probe = probe_ids(tiny.first_special_token, 0)
+    engine = module.load_engine(tiny_checkpoint, rows=1, max_positions=64)
+    logits = engine.score(probe, 24)
+    reference = reference_logits(tiny_checkpoint, probe, 24)
+    assert logits.shape == reference.shape == (len(probe) - 24 + 1, tiny.config.vocab_size)
+    assert 0 < np.abs(logits - reference).max() <= 1e-4
+
+
+def decode(engine, row_of, new_tokens, prefills):
+    """Runs prefills (step index, row, tokens, start) between decode steps; returns each row's first new tokens."""
+    out = {row: [] for row in row_of}
+    step = 0
+    while any(len(tokens) < new_tokens for tokens in out.values()):
+        for at, row, tokens, start in prefills:
+            if at == step:
+                first = engine.prefill(row, tokens, start)
+                if start + len(tokens) == len(row_of[row]):  # the last chunk gives the first new token
+                    out[row].append(first)
+        ids = engine.step()
+        for row, tokens in out.items():
+            if tokens and len(tokens) < new_tokens:
+                tokens.append(int(ids[row]))
+        step += 1
+    return out
+
+
+def test_rows_at_different_positions_decode_as_single_rows(module, tiny_checkpoint):
+    rng = np.random.default_rng(3)
+    prompts = {0: rng.integers(0, 1000, 5).tolist(), 1: rng.integers(0, 1000, 23).tolist(), 2: rng.integers(0, 1000, 40).tolist()}
+    params = module.load_params(tiny_checkpoint)
+    single = {}
+    for row, prompt in prompts.items():
+        engine = module.Engine(params, rows=1, max_positions=64)
+        single[row] = decode(engine, {0: prompt}, 6, [(0, 0, prompt, 0)])[0]
+    engine = module.Engine(params, rows=3, max_positions=64)
+    # Row 0 starts first, row 1 two steps later, row 2 in two chunks (a chunked prefill) after that.
+    prefills = [(0, 0, prompts[0], 0), (2, 1, prompts[1], 0), (3, 2, prompts[2][:17], 0), (4, 2, prompts[2][17:], 17)]
+    batched = decode(engine, prompts, 6, prefills)
+    assert batched == single
+    assert len({tuple(t) for t in single.values()}) == 3  # different prompts, different continuations
+
+
+def test_the_cache_is_updated_in_place(module, tiny_checkpoint):
+    engine = module.load_engine(tiny_checkpoint, rows=2, max_positions=64)
+    for run in (lambda: engine.prefill(1, [1, 2, 3]), engine.step):
+        before = engine.cache[0]["k"]
+        pointer = before.unsafe_buffer_pointer()
+        run()
+        assert before.is_deleted()  # donated
+        assert engine.cache[0]["k"].unsafe_buffer_pointer() == pointer  # and written in place, not copied
+
+
+def test_bad_prefills_are_refused(module, tiny_checkpoint):
+    engine = module.Engine(module.load_params(tiny_checkpoint), rows=2, max_positions=32)
+    for row, tokens, start in ((2, [1], 0), (0, [], 0), (0, [1] * 30, 3)):
+        with pytest.raises(ValueError, match="does not fit 2 x 32"):
+            engine.prefill(row, tokens, start)
+
+
+def test_the_jax_target_writes_an_importable_module(tmp_path, tiny_checkpoint):
+    out = subprocess.run(
+        [sys.executable, "-m", "linnet_core.cli", "compile", "qwen2-tiny", "--target", "jax", "--out", str(tmp_path)],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    module = import_module(tmp_path / MODULE_FILE, "linnet_compiled_jax")
+    assert "Precision.HIGHEST" in inspect.getsource(module)
+    assert module.Engine(module.load_params(tiny_checkpoint), 1, 32).prefill(0, [5, 6, 7]) >= 0
+
+
+def test_the_linnet_jax_row_matches_the_reference(tiny, tmp_path):
+    settings = BenchSettings(tiny, (RUNNERS["linnet-jax"],), get_profile("quick"), "f32", "cpu", None, tmp_path)
+    [row] = load_result(run_bench(settings)).rows
+    assert row.status == "ok", row.reason
+    assert row.group == "JAX" and row.peer == "kerashub" and row.label == "Linnet, XLA (generated JAX)"
+    assert 0 < row.distance <= 1e-4
+    assert row.tokens_agree == get_profile("quick").new_tokens
+    assert row.metrics["decode_tok_s"] > 0 and "allocator_peak_gib" not in row.metrics  # a GPU-only field

@@ -9,13 +9,14 @@ from __future__ import annotations
 import asyncio
 import os
 
-os.environ.setdefault("KERAS_BACKEND", "jax")  # before keras is imported
-
-import jax
-import keras_hub
 import numpy as np
 
-from runners import base
+from runners import _jax, base  # _jax configures JAX before Keras imports it
+
+os.environ["KERAS_BACKEND"] = "jax"  # Keras picks its backend when it is first imported
+
+import jax  # noqa: E402
+import keras_hub  # noqa: E402
 
 DTYPES = {"f32": "float32", "f16": "float16", "bf16": "bfloat16"}
 
@@ -23,13 +24,14 @@ DTYPES = {"f32": "float32", "f16": "float16", "bf16": "bfloat16"}
 class Runner(base.ServingRunner):
     @classmethod
     def unavailable(cls, spec):
-        if spec.device == "cuda" and not any(d.platform == "gpu" for d in jax.devices()):
-            return "CUDA requested but JAX sees no GPU (jax[cuda12] is not installed)"
-        return None
+        return _jax.unavailable(spec)
 
     def load(self):
-        backbone = keras_hub.models.QwenBackbone.from_preset(self.spec.checkpoint, dtype=DTYPES[self.spec.dtype])
-        self.lm = keras_hub.models.QwenCausalLM(backbone=backbone, preprocessor=None)
+        self.device = _jax.device(self.spec)
+        with jax.default_device(self.device):
+            # The backbone alone: a preset without tokenizer.json (synthetic weights) has no preprocessor.
+            backbone = keras_hub.models.QwenBackbone.from_preset(self.spec.checkpoint, dtype=DTYPES[self.spec.dtype])
+            self.lm = keras_hub.models.QwenCausalLM(backbone=backbone, preprocessor=None)
         self.lm.compile(sampler="greedy")
         self.notes.append(f"static batches of {self.rows} rows x {self.max_positions} positions: every batch runs to the "
                           "longest possible prompt plus the new tokens; no streaming (a batch's tokens arrive together)")  # fmt: skip
@@ -65,8 +67,12 @@ class Runner(base.ServingRunner):
         mask[:, 0] = True
         for i, (prompt, _) in enumerate(requests):
             ids[i, : len(prompt)], mask[i, : len(prompt)] = prompt, True
-        out = np.asarray(self.lm.generate({"token_ids": ids, "padding_mask": mask}, stop_token_ids=None)["token_ids"])
+        with jax.default_device(self.device):
+            out = np.asarray(self.lm.generate({"token_ids": ids, "padding_mask": mask}, stop_token_ids=None)["token_ids"])
         return [out[i, len(p) : len(p) + n].tolist() for i, (p, n) in enumerate(requests)]
 
     async def stop(self):
         self.batcher.cancel()
+
+    def close(self):
+        _jax.record_allocator_peak(self, self.device)

@@ -1,10 +1,8 @@
-"""Serving runners for the serving protocol's own tests: a steady fake, one that cuts a request short, and
-linnet.serve over the tests' reference engine."""
+"""Serving runners for the serving protocol's own tests: a steady fake, and one that cuts a request short."""
 
 import asyncio
 
 from runners import base
-from runners.serve_linnet import LinnetServe
 
 
 class Steady(base.ServingRunner):
@@ -29,7 +27,3 @@ class CutShort(Steady):
     async def generate(self, prompt, max_tokens):
         async for new in super().generate(prompt, max_tokens - (len(prompt) % 2)):
             yield new
-
-
-class ReferenceServe(LinnetServe):
-    backend = "tests.serve_reference_engine:make_engine"

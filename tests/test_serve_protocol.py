@@ -1,5 +1,5 @@
 """The serving protocol through the real harness (child processes, result files): its metrics, its bound on
-requests in flight, its refusal of requests cut short, and linnet.serve's row on the tests' reference engine."""
+requests in flight, its refusal of requests cut short, and linnet.serve's own row (its torch backend on this CPU)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 from harness.bench import BenchSettings, run_bench
 from harness.results import load_result
 from harness.workload import SERVING, get_profile
-from runners import RunnerInfo
+from runners import RUNNERS, RunnerInfo
 
 SERVING_FIELDS = [f"serving_{m}{s}" for m in ("tok_s", "ttft_ms", "itl_ms") for s in ("", "_min", "_max")] + [
     "serving_ttft_ms_p90", "serving_ttft_ms_p99", "serving_itl_ms_p90", "serving_itl_ms_p99", "serving_tpot_ms",
@@ -22,7 +22,7 @@ def serving(name: str, cls: str) -> RunnerInfo:
 
 @pytest.fixture(scope="module")
 def serving_run(tiny, tmp_path_factory, private_cache):
-    runners = (serving("steady", "Steady"), serving("cut-short", "CutShort"), serving("linnet-reference", "ReferenceServe"))
+    runners = (serving("steady", "Steady"), serving("cut-short", "CutShort"), RUNNERS["serve-linnet-cudagraphs"])
     settings = BenchSettings(tiny, runners, get_profile("quick"), "f32", "cpu", None, tmp_path_factory.mktemp("results"))
     return load_result(run_bench(settings))
 
@@ -50,9 +50,11 @@ def test_a_request_cut_short_fails_the_row(serving_run):
     assert row.status == "failed" and "cut-short: requests (index, tokens) came back with other than" in row.reason
 
 
-def test_linnet_serve_on_the_reference_engine_matches_the_reference(serving_run):
-    row = next(r for r in serving_run.rows if r.runner == "linnet-reference")
+def test_linnet_serve_matches_the_reference_and_says_how_it_ran(serving_run):
+    row = next(r for r in serving_run.rows if r.runner == "serve-linnet-cudagraphs")
     assert row.status == "ok", row.reason
+    assert row.label == "linnet.serve, CUDA graphs" and row.group == "Serving many requests" and row.peer == "serve-vllm"
+    assert "on a CPU: the torch path without CUDA graphs" in row.notes
     assert row.tokens_agree == get_profile("quick").new_tokens
     assert row.distance is not None and row.distance <= 1e-4
     assert row.metrics["serving_steps"] > 0 and row.metrics["serving_tok_s"] > 0

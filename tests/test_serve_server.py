@@ -213,3 +213,18 @@ def test_a_client_that_stops_waiting_for_a_whole_completion_frees_its_row(server
         post(server, {"prompt": [3, 4], "max_tokens": POSITIONS - 2, "ignore_eos": True}, timeout=httpx.Timeout(30.0, read=1.0))
     wait_until(lambda: health(server)["rows_busy"] == 0, 30, "the row to be freed")
     assert health(server)["steps"] - before < POSITIONS - 2  # cancelled, not run to its end
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--rows", "0"], "rows must be at least 1, not 0"),
+        (["--backend", "tensorflow"], "unknown backend 'tensorflow'; use one of torch, xla, ort"),
+        (["--positions", "5000"], "--positions 5000 is more than the model's 4096"),
+        (["--dtype", "f8"], "unknown dtype 'f8'"),
+    ],
+)
+def test_bad_server_options_are_one_line_errors(args, message, tiny_checkpoint):
+    out = subprocess.run([sys.executable, "-m", "linnet_core.cli", "serve", "qwen2-tiny", *args, "--port", str(free_port())],
+                         cwd=ROOT, capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert out.returncode == 1 and message in out.stdout and "Traceback" not in out.stderr, (out.stdout, out.stderr[-500:])

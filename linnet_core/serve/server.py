@@ -12,7 +12,9 @@ at its bound, 503. A client that disconnects cancels its request, which gives it
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
+import tempfile
 import time
 import uuid
 from contextlib import asynccontextmanager
@@ -130,6 +132,7 @@ class Served:
     tokenizer: Any
     defaults: SamplingDefaults
     notes: tuple[str, ...] = ()
+    work: tempfile.TemporaryDirectory | None = None  # the backend's artefacts, removed with the server
     client: AsyncClient | None = None
 
 
@@ -294,13 +297,17 @@ def build(settings: ServerSettings) -> Served:
     from linnet_core.checkpoint import read_config
 
     config = read_config(settings.checkpoint)
-    spec = EngineSpec(settings.checkpoint, settings.rows, settings.positions, settings.dtype, settings.device, mode=settings.mode)
+    serve_config = ServeConfig(rows=settings.rows, max_positions=settings.positions, max_waiting=settings.max_waiting)
+    if settings.positions > config.max_position_embeddings:
+        raise UserError(f"--positions {settings.positions} is more than the model's {config.max_position_embeddings}")
+    work = tempfile.TemporaryDirectory(prefix="linnet-serve-")
+    spec = EngineSpec(settings.checkpoint, settings.rows, settings.positions, settings.dtype, settings.device,
+                      Path(work.name), settings.mode)  # fmt: skip
     built = make_engine(settings.backend, spec)
-    serve_config = ServeConfig(rows=settings.rows, max_positions=settings.positions, max_waiting=settings.max_waiting,
-                               **built.serve_options)  # fmt: skip
+    serve_config = dataclasses.replace(serve_config, **built.serve_options)
     engine = ServeEngine(built.engine, serve_config, config.eos_token_id, name=settings.backend)
     return Served(engine, settings.model, config.vocab_size, load_tokenizer(settings.checkpoint),
-                  SamplingDefaults.of_checkpoint(settings.checkpoint), tuple(built.notes))  # fmt: skip
+                  SamplingDefaults.of_checkpoint(settings.checkpoint), tuple(built.notes), work)  # fmt: skip
 
 
 def run_server(settings: ServerSettings, on_ready=print) -> None:

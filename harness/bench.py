@@ -3,6 +3,7 @@ turn each outcome into a row, and keep the result file on disk up to date after 
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import shutil
 import tempfile
@@ -69,6 +70,8 @@ def run_bench(settings: BenchSettings, display: Display = Display()) -> Path:
             "runs": profile.runs,
             "seed": settings.seed,
             "max_positions": profile.max_positions,
+            # the many-requests workload, recorded when a serving row runs
+            **({"serving": dataclasses.asdict(profile.serving)} if any(r.kind == "serving" for r in settings.runners) else {}),
         },
         protocol={"profile": profile.name, "dtype": settings.dtype, "device": settings.device,
                   "timeout_s": settings.timeout_s or profile.timeout_s},  # fmt: skip
@@ -98,8 +101,10 @@ def run_bench(settings: BenchSettings, display: Display = Display()) -> Path:
             reference.load(*score_reference(settings, base_spec, scratch, display))
         for info in order:
             display.start(info)
-            spec = RunSpec(runner=info.id, module=info.module, work_dir=str(scratch / info.id), **base_spec)
-            outcome = launch.run_child(spec, settings.timeout_s or profile.timeout_s, lambda t: display.progress(info, t))
+            spec = RunSpec(runner=info.id, module=info.module, work_dir=str(scratch / info.id), **base_spec,
+                           **serving_fields(info, profile, entry, settings.seed))  # fmt: skip
+            timeout = settings.timeout_s or (profile.serving.timeout_s if info.kind == "serving" else profile.timeout_s)
+            outcome = launch.run_child(spec, timeout, lambda t: display.progress(info, t))
             if info.id == REFERENCE:
                 reference.load(outcome, spec.work)
             row = make_row(info, outcome, spec.work, reference)
@@ -114,6 +119,15 @@ def run_bench(settings: BenchSettings, display: Display = Display()) -> Path:
         write_result(result, path)
         shutil.rmtree(scratch, ignore_errors=True)
     return path
+
+
+def serving_fields(info: RunnerInfo, profile: Profile, entry: ModelEntry, seed: int) -> dict:
+    """A serving runner's spec also carries the serving workload and its prompts."""
+    if info.kind != "serving":
+        return {}
+    workload = profile.serving
+    return {"kind": "serving", "serving": dataclasses.asdict(workload),
+            "serving_prompts": workload.prompts(entry.first_special_token, seed)}  # fmt: skip
 
 
 class Reference:

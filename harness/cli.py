@@ -158,7 +158,13 @@ class RichDisplay(Display):
 
     def finish(self, row):
         mark = {"ok": "[green]ok[/]", "skipped": "[yellow]skipped[/]", "failed": "[red]failed[/]"}[row.status]
-        detail = f"{row.metrics.get('decode_tok_s', 0):.1f} tok/s" if row.status == "ok" and "decode_tok_s" in row.metrics else (row.reason or "")
+        m = row.metrics
+        if row.status == "ok" and "serving_tok_s" in m:
+            detail = f"{m['serving_tok_s']:.1f} tok/s serving, TTFT {m['serving_ttft_ms']:.1f} ms"
+        elif row.status == "ok" and "decode_tok_s" in m:
+            detail = f"{m['decode_tok_s']:.1f} tok/s"
+        else:
+            detail = row.reason or ""
         self.bar.console.print(f"{mark} {row.runner}: {detail.splitlines()[0][:160] if detail else ''}")
 
 

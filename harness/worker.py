@@ -46,7 +46,10 @@ def run(spec_path: Path, record_path: Path) -> None:
         record = {"status": "skipped", "reason": reason}
     else:
         runner = cls(spec)
-        measure = protocol.reference_logits if spec.mode == "score" else protocol.measure
+        if spec.kind == "serving":
+            measure = protocol.measure_serving
+        else:
+            measure = protocol.reference_logits if spec.mode == "score" else protocol.measure
         out = measure(runner, spec, progress)
         runner.close()
         logits = out.pop("logits")

@@ -1,4 +1,4 @@
-"""Workloads: the measurement profiles, the seeded prompt, and the distance probe."""
+"""Workloads: the measurement profiles, the seeded prompt, the distance probe, and the serving workloads."""
 
 from __future__ import annotations
 
@@ -23,6 +23,54 @@ class Profile:
     def max_positions(self) -> int:
         """Static caches hold prompt + new tokens, rounded up to a multiple of 256."""
         return -(-(self.prompt_tokens + self.new_tokens) // 256) * 256
+
+    @property
+    def serving(self) -> ServingWorkload:
+        """The serving workload this profile runs (a profile without its own runs the quick one)."""
+        return SERVING.get(self.name, SERVING["quick"])
+
+
+@dataclass(frozen=True)
+class ServingWorkload:
+    """Many requests at once (DESIGN.md, serving): all submitted at start, at most max_in_flight at a time."""
+
+    name: str  # the profile it belongs to
+    requests: int  # R: requests in a timed run
+    prompt_min: int  # prompt lengths are uniform in [prompt_min, prompt_max], seeded
+    prompt_max: int
+    new_tokens: int  # generated per request, EOS ignored
+    max_in_flight: int  # the client keeps at most this many requests open; the engines get this many rows
+    runs: int  # timed runs of the whole workload: throughput's median, min and max
+    warmup_requests: int  # one untimed wave first, of this many requests ...
+    warmup_new_tokens: int  # ... generating this many tokens each (lazy compilation and capture show here)
+    timeout_s: int  # a serving runner's child process is killed after this long
+    description: str  # one line for the page and the row notes
+
+    @property
+    def max_positions(self) -> int:
+        """Cache positions per row: the longest prompt plus its new tokens (512 + 128 = 640 by default)."""
+        return self.prompt_max + self.new_tokens
+
+    def prompt_lengths(self, seed: int) -> list[int]:
+        return np.random.default_rng(seed + 2).integers(self.prompt_min, self.prompt_max + 1, size=self.requests).tolist()
+
+    def prompts(self, first_special_token: int, seed: int) -> list[list[int]]:
+        """The requests' prompts: seeded lengths, then seeded token ids below the special tokens."""
+        rng = np.random.default_rng(seed + 3)
+        return [rng.integers(0, first_special_token, size=n).tolist() for n in self.prompt_lengths(seed)]
+
+
+SERVING: dict[str, ServingWorkload] = {
+    w.name: w
+    for w in (
+        ServingWorkload("default", 256, 128, 512, 128, 64, 2, 64, 8, 1800,
+                        "the published page's serving workload: 256 requests, prompts 128-512 tokens, 128 new, 64 in flight"),
+        ServingWorkload("cpu", 32, 32, 128, 32, 8, 2, 8, 4, 1800,
+                        "the 0.5B shape on a CPU: 32 requests, prompts 32-128 tokens, 32 new, 8 in flight"),
+        ServingWorkload("quick", 12, 16, 48, 8, 4, 1, 4, 2, 600,
+                        "a smoke run for tests: 12 requests, prompts 16-48 tokens, 8 new, 4 in flight"),
+    )
+}  # fmt: skip
 
 
 PROFILES: dict[str, Profile] = {

@@ -91,6 +91,58 @@ def export_gguf(
     console.print(f"wrote {path} ({dtype}, {size:.1f} MiB) in {time.perf_counter() - start:.1f} s", highlight=False)
 
 
+@app.command("serve")
+def serve(
+    model: str = typer.Argument(..., help="model id or alias (see `linnet-bench models`)"),
+    backend: str = typer.Option("torch", help="torch, xla or ort (or module:function)"),
+    rows: int = typer.Option(64, help="S: cache rows, the most requests decoding at once"),
+    positions: int = typer.Option(640, help="L: positions per row (a prompt plus its new tokens)"),
+    host: str = typer.Option("127.0.0.1", help="address to bind (loopback by default)"),
+    port: int = typer.Option(8000, help="port to listen on"),
+    max_waiting: int = typer.Option(256, help="requests queued beyond the rows before a 503"),
+    weights: Optional[Path] = typer.Option(None, help="a local Hugging Face checkpoint (default: synthetic weights)"),
+    dtype: str = typer.Option("f32", help="f32, f16 or bf16"),
+    device: Optional[str] = typer.Option(None, help="cpu or cuda (default: cuda when NVML sees a GPU)"),
+    mode: Optional[str] = typer.Option(None, help="the backend's variant, e.g. torch eager, inductor or cudagraphs"),
+) -> None:
+    """Serve MODEL over an OpenAI-compatible HTTP API (POST /v1/completions, GET /v1/models, GET /health)."""
+    from harness.memory import nvml_handles
+    from linnet_core.serve.server import ServerSettings, run_server
+
+    check_dtype_device(dtype, device)
+    entry, ckpt = resolve(model, weights)
+    settings = ServerSettings(entry.id, ckpt, backend, rows, positions, max_waiting, dtype,
+                              device or ("cuda" if nvml_handles() else "cpu"), mode, host, port)  # fmt: skip
+    run_server(settings, on_ready=lambda line: console.print(line, highlight=False, soft_wrap=True))
+
+
+@export_app.command("triton")
+def export_triton(
+    model: str = typer.Argument(..., help="model id or alias (see `linnet-bench models`)"),
+    out: Path = typer.Argument(..., help="the model repository directory to write"),
+    backend: str = typer.Option("torch", help="the linnet.serve backend the Triton model runs: torch, xla or ort"),
+    rows: int = typer.Option(64, help="S: cache rows"),
+    positions: int = typer.Option(640, help="L: positions per row"),
+    weights: Optional[Path] = typer.Option(None, help="a local Hugging Face checkpoint (default: synthetic weights)"),
+    dtype: str = typer.Option("f32", help="f32, f16 or bf16"),
+    device: str = typer.Option("cuda", help="where the Triton model runs: cuda or cpu"),
+) -> None:
+    """Write a Triton Inference Server model repository whose Python-backend model runs linnet.serve (streaming)."""
+    from linnet_core.serve.triton import TritonExport, write_repository
+
+    check_dtype_device(dtype, device)
+    entry, ckpt = resolve(model, weights)
+    for f in write_repository(TritonExport(entry.id, ckpt, out, backend, rows, positions, dtype, device)):
+        console.print(f"wrote {f}", highlight=False, soft_wrap=True)
+
+
+def check_dtype_device(dtype: str, device: Optional[str]) -> None:
+    if dtype not in ("f32", "f16", "bf16"):
+        raise UserError(f"unknown dtype {dtype!r}; use f32, f16 or bf16")
+    if device not in (None, "cpu", "cuda"):
+        raise UserError(f"unknown device {device!r}; use cpu or cuda")
+
+
 def main() -> None:
     """Click handles its own usage errors; a UserError becomes one line and exit status 1."""
     try:

@@ -32,3 +32,20 @@ class Engine(Protocol):
         """Float32 logits [len(tokens) - n_prefill + 1, vocab] through the cache path in row 0: prefill
         tokens[:n_prefill] (last position's logits), then feed the rest one token at a time (teacher forcing)."""
         ...
+
+
+class SamplingEngine(Engine, Protocol):
+    """The optional extension linnet.serve uses for temperature / top-p requests, which need the logits.
+
+    Both methods behave like their greedy twins and leave the row's last token at the argmax; greedy-only
+    engines leave them out and linnet.serve then refuses sampled requests with a clear message. The logits
+    cross to the host only for the steps where some running request samples."""
+
+    def prefill_logits(self, row: int, tokens: Sequence[int], start: int = 0) -> np.ndarray:
+        """prefill(), returning the last position's float32 logits [vocab] instead of the greedy token id."""
+        ...
+
+    def step_logits(self, tokens: np.ndarray) -> np.ndarray:
+        """step(), except that row r consumes tokens[r] (int [rows], e.g. a sampled token) instead of its last
+        token; returns float32 logits [rows, vocab] on the host. Positions advance by one."""
+        ...

@@ -46,6 +46,15 @@ RUNNERS: dict[str, RunnerInfo] = {
         RunnerInfo("llamacpp-linnet-gguf", "runners.llamacpp_linnet_gguf", "llama.cpp on Linnet's GGUF", "LLM engines"),
         RunnerInfo("llamacpp-linnet-gguf-f16", "runners.llamacpp_linnet_gguf:F16Runner", "llama.cpp on Linnet's GGUF, f16", "LLM engines"),
         RunnerInfo("llamacpp-linnet-gguf-q8_0", "runners.llamacpp_linnet_gguf:Q8Runner", "llama.cpp on Linnet's GGUF, q8_0", "LLM engines"),
+        RunnerInfo("serve-vllm", "runners.serve_vllm", "vLLM", "Serving many requests", kind="serving"),
+        RunnerInfo("serve-linnet-cudagraphs", "runners.serve_linnet:CudaGraphs", "linnet.serve, CUDA graphs", "Serving many requests", "serve-vllm", "serving"),
+        RunnerInfo("serve-linnet-xla", "runners.serve_linnet:Xla", "linnet.serve, XLA", "Serving many requests", "serve-vllm", "serving"),
+        RunnerInfo("serve-linnet-ort", "runners.serve_linnet:Ort", "linnet.serve, ONNX Runtime", "Serving many requests", "serve-vllm", "serving"),
+        RunnerInfo("serve-vllm-linnet-export", "runners.serve_vllm:LinnetExport", "vLLM on Linnet's export", "Serving many requests", "serve-vllm", "serving"),
+        RunnerInfo("serve-triton-vllm", "runners.serve_triton:Vllm", "Triton, vLLM backend", "Serving many requests", kind="serving"),
+        RunnerInfo("serve-triton-linnet", "runners.serve_triton:Linnet", "Triton, linnet.serve backend", "Serving many requests", "serve-triton-vllm", "serving"),
+        RunnerInfo("serve-transformers-batched", "runners.serve_transformers_batched", "transformers, batched", "Serving many requests", kind="serving"),
+        RunnerInfo("serve-kerashub-static", "runners.serve_kerashub_static", "KerasHub, static batches", "Serving many requests", kind="serving"),
     )
 }
 

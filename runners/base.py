@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, AsyncIterator
 
 import numpy as np
 
@@ -29,7 +29,10 @@ class RunSpec:
     max_positions: int  # static caches hold this many positions (prompt + new, rounded up)
     work_dir: str  # a private directory for artefacts (compiled graphs, exports, logits)
     mode: str = "measure"  # "measure" (time, then score) | "score" (reference logits only)
-    options: dict[str, Any] = field(default_factory=dict)  # runner-specific settings (serving workload, ...)
+    options: dict[str, Any] = field(default_factory=dict)  # runner-specific settings
+    kind: str = "single"  # "single" (the single-request protocol) | "serving" (the serving workload)
+    serving: dict[str, Any] | None = None  # for serving runners: harness.workload.ServingWorkload's fields
+    serving_prompts: list[list[int]] | None = None  # for serving runners: the workload's prompts
 
     def to_json(self) -> str:
         return json.dumps(asdict(self))
@@ -41,6 +44,13 @@ class RunSpec:
     @property
     def work(self) -> Path:
         return Path(self.work_dir)
+
+    @property
+    def serving_workload(self):
+        from harness.workload import ServingWorkload
+
+        assert self.serving is not None, f"{self.runner}: a serving runner's spec has no serving workload"
+        return ServingWorkload(**self.serving)
 
 
 class Runner:
@@ -76,6 +86,54 @@ class Runner:
 
         Returns float32 [len(ids) - n_prefill + 1, vocab]: the last prefill position, then one row per fed
         token. None when the engine exposes no logits (say why in self.notes)."""
+        return None
+
+    def close(self) -> None:
+        pass
+
+
+class ServingRunner:
+    """A serving stack: many requests at once, each streamed back token by token (harness.protocol.measure_serving).
+
+    load() makes the stack ready (it is timed); start() and stop() run inside the protocol's event loop, around
+    every request; generate() is one request as the client sees it. score() and close() follow, outside the loop."""
+
+    token_ids = True  # generate() yields the real token ids; False: placeholders that only count the tokens
+
+    def __init__(self, spec: RunSpec):
+        self.spec = spec
+        self.notes: list[str] = []  # shown in the row's Notes column
+        self.metrics: dict[str, Any] = {}  # extra measurements merged into the row
+
+    @classmethod
+    def unavailable(cls, spec: RunSpec) -> str | None:
+        """Why this stack cannot run here (no CUDA, package or server missing), or None."""
+        return None
+
+    @property
+    def rows(self) -> int:
+        """Requests the stack serves at once: the workload's in-flight bound."""
+        return self.spec.serving_workload.max_in_flight
+
+    @property
+    def max_positions(self) -> int:
+        return self.spec.serving_workload.max_positions
+
+    def load(self) -> None:
+        raise NotImplementedError
+
+    async def start(self) -> None:
+        """Inside the event loop, before the first request (start threads, open connections)."""
+
+    def generate(self, prompt: list[int], max_tokens: int) -> AsyncIterator[list[int]]:
+        """One greedy request, EOS ignored: yields the new token ids as they reach the client (one or more at a time)."""
+        raise NotImplementedError
+
+    async def stop(self) -> None:
+        """Inside the event loop, after the last request."""
+
+    def score(self, ids: list[int], n_prefill: int) -> np.ndarray | None:
+        """As Runner.score; None when the stack exposes no logits (say why in self.notes)."""
         return None
 
     def close(self) -> None:

@@ -1,0 +1,52 @@
+"""The ONNX Runtime backend: Linnet's ONNX graph for S rows of L positions, in one ONNX Runtime session
+(linnet_core.ort_engine) on the CPU provider, or the CUDA one on a GPU."""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+
+from linnet_core.checkpoint import read_config
+from linnet_core.emit_onnx import write_onnx
+from linnet_core.errors import UserError
+from linnet_core.graph import qwen2_decoder
+from linnet_core.ort_engine import PROVIDER_LABELS, OrtEngine, SessionSettings, why_unavailable
+from linnet_core.serve.backends import Built, EngineSpec
+from linnet_core.targets import CompileOptions
+
+
+class OrtServing:
+    """OrtEngine with the contract's logits methods. Its decode step writes the logits [rows, vocab] into a
+    buffer anyway (only the token ids are read back by step()); step_logits feeds chosen tokens first."""
+
+    def __init__(self, engine: OrtEngine):
+        self.engine, self.rows, self.max_positions = engine, engine.rows, engine.max_positions
+        self.prefill, self.step, self.score = engine.prefill, engine.step, engine.score
+
+    def prefill_logits(self, row: int, tokens: Sequence[int], start: int = 0) -> np.ndarray:
+        return self.engine.prefill_with_logits(row, tokens, start)[1]
+
+    def step_logits(self, tokens: np.ndarray) -> np.ndarray:
+        # every row's next input token at once: the current (parity) token buffer, int64 [rows, 1]
+        self.engine.tokens[self.engine.parity].write(np.asarray(tokens, dtype=np.int64).reshape(self.rows, 1))
+        self.engine.step()
+        return self.engine.logits.read().astype(np.float32, copy=True)
+
+
+def make(spec: EngineSpec) -> Built:
+    provider = "cuda" if spec.device == "cuda" else "cpu"
+    reason = why_unavailable(provider, spec.dtype)
+    if reason:
+        raise UserError(reason)
+    decoder = qwen2_decoder(read_config(spec.checkpoint))
+    options = CompileOptions(dtype=spec.dtype, max_positions=spec.max_positions, batch=spec.rows)
+    model = write_onnx(decoder, spec.checkpoint, spec.work("onnx"), options)[0]
+    threads = spec.cpu_threads if provider == "cpu" else 0
+    engine = OrtEngine(model, SessionSettings(provider=provider, threads=threads))
+    notes = [f"ONNX Runtime, {PROVIDER_LABELS[provider]} execution provider, {spec.dtype}", *engine.notes]
+    if provider == "cpu":
+        notes.append(f"{threads} intra-op thread(s)")
+    if engine.use_cuda_graphs:
+        notes.append("decode steps replayed as CUDA graphs")
+    return Built(OrtServing(engine), notes)

@@ -1,0 +1,173 @@
+"""ServeEngine: the engine loop. Requests arrive from any thread; one loop thread owns the scheduler and the
+model and repeats schedule -> run -> postprocess (nano-vllm's step) while there is work:
+
+  1. apply cancellations (a client that went away gives its row back at once),
+  2. admit waiting requests into free rows,
+  3. prefill this step's prompt chunks (long prompts in several steps),
+  4. one batched decode step over every row, for the requests whose prompts are in,
+  5. hand the step's events (new tokens, finishes) to the listener in one call.
+
+An accepted request always runs to its end: max_tokens, EOS (unless ignored), or its cancellation. If the
+model fails, every request in flight gets an error event and new ones are refused: none waits forever."""
+
+from __future__ import annotations
+
+import threading
+from collections import defaultdict
+from typing import Callable
+
+from linnet_core.engine import Engine
+from linnet_core.errors import UserError
+from linnet_core.serve.config import ServeConfig
+from linnet_core.serve.model_step import ModelStep
+from linnet_core.serve.request import Event, Request, Status
+from linnet_core.serve.scheduler import Scheduler
+
+Listener = Callable[[list[Event]], None]
+
+
+class EngineFailed(Exception):
+    """The model raised; the engine serves no more requests."""
+
+
+class ServeEngine:
+    def __init__(self, engine: Engine, config: ServeConfig, eos_token_id: int | None = None, name: str = "engine"):
+        if (engine.rows, engine.max_positions) != (config.rows, config.max_positions):
+            raise UserError(
+                f"the engine has {engine.rows} rows of {engine.max_positions} positions, "
+                f"the serving config asks for {config.rows} x {config.max_positions}"
+            )
+        self.config, self.eos_token_id, self.name = config, eos_token_id, name
+        self.scheduler = Scheduler(config)
+        self.model = ModelStep(engine)
+        self.steps = 0  # decode steps run, for /health and tests
+        self.failure: str | None = None  # why the model stopped, once it has
+        self._lock = threading.Lock()  # guards the scheduler's state shared with submit() and cancel()
+        self._cancels: set[str] = set()
+        self._wake = threading.Event()
+        self._stopping = False
+        self._thread: threading.Thread | None = None
+        self._listener: Listener = lambda events: None
+
+    # ---- any thread ----
+
+    def submit(self, request: Request) -> None:
+        """Queues a request; raises UserError (it can never run here) or QueueFull (not now)."""
+        if not request.params.greedy and not self.model.can_sample:
+            raise UserError(f"the {self.name} engine has no logits methods, so it serves greedy requests only (temperature 0)")
+        with self._lock:
+            if self.failure:
+                raise EngineFailed(f"the engine has stopped: {self.failure}")
+            self.scheduler.add(request)
+        self._wake.set()
+
+    def cancel(self, request_id: str) -> None:
+        """Ends a request wherever it is (waiting or holding a row); its last event says "cancelled"."""
+        with self._lock:
+            self._cancels.add(request_id)
+        self._wake.set()
+
+    def load(self) -> dict[str, int]:
+        """Rows in use and requests waiting, for /health."""
+        with self._lock:
+            return {"rows": self.config.rows, "rows_busy": self.scheduler.pool.num_used, "waiting": len(self.scheduler.waiting)}
+
+    def start(self, listener: Listener) -> None:
+        """Runs the loop on its own thread; the listener is called from it with each step's events."""
+        assert self._thread is None, "the engine loop is already running"
+        self._listener, self._stopping = listener, False
+        self._thread = threading.Thread(target=self._run, name="linnet-serve-loop", daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout: float = 30.0) -> None:
+        """Stops the loop after its current step; requests still queued get a "cancelled" event."""
+        if self._thread is None:
+            return
+        self._stopping = True
+        self._wake.set()
+        self._thread.join(timeout)
+        self._thread = None
+        with self._lock:
+            left = self._drain()
+        if left:
+            self._listener([Event(r.id, (), "cancelled") for r in left])
+
+    # ---- the loop's thread ----
+
+    def _run(self) -> None:
+        while not self._stopping:
+            with self._lock:
+                idle = not self.scheduler.has_work and not self._cancels
+            if idle:
+                self._wake.wait()
+                self._wake.clear()
+                continue
+            try:
+                events = self.step()
+            except Exception as e:  # the model failed: end every request with the error, refuse new ones
+                self._listener(self._fail_all(f"{type(e).__name__}: {e}"))
+                return
+            if events:
+                self._listener(events)
+
+    def step(self) -> list[Event]:
+        """One iteration: cancellations, admissions, prefill chunks, one decode step. Returns its events."""
+        tokens: dict[str, list[int]] = defaultdict(list)  # request id -> new tokens this step, in order
+        finished: dict[str, str] = {}  # request id -> finish reason
+        with self._lock:
+            self._apply_cancels(finished)
+            self.scheduler.admit()
+            chunks = self.scheduler.prefill_chunks()
+        for chunk in chunks:
+            first = self.model.prefill(chunk)
+            chunk.request.prefilled += len(chunk.tokens)
+            if chunk.is_last:
+                chunk.request.status = Status.DECODING
+                self._append(chunk.request, first, tokens, finished)
+        decoding = self.scheduler.decoding()
+        if decoding:
+            new = self.model.decode([r for r in decoding if not r.params.greedy])
+            self.steps += 1
+            for request in decoding:
+                self._append(request, int(new[request.row]), tokens, finished)
+        with self._lock:
+            for request_id in finished:
+                request = self.scheduler.running.get(request_id)
+                if request is not None:
+                    self.scheduler.finish(request)
+        ids = list(tokens) + [i for i in finished if i not in tokens]
+        return [Event(i, tuple(tokens.get(i, ())), finished.get(i)) for i in ids]
+
+    def _append(self, request: Request, token: int, tokens: dict, finished: dict) -> None:
+        request.output.append(token)
+        tokens[request.id].append(token)
+        if request.done_generating:
+            finished[request.id] = "length"
+        elif token == self.eos_token_id and not request.params.ignore_eos:
+            finished[request.id] = "stop"
+        if request.id in finished:
+            request.status = Status.FINISHED  # out of decoding() at once; its row is freed at the step's end
+
+    def _apply_cancels(self, finished: dict) -> None:
+        cancels, self._cancels = self._cancels, set()
+        for request_id in cancels:
+            request = self.scheduler.remove_waiting(request_id) or self.scheduler.running.get(request_id)
+            if request is not None:
+                self.scheduler.finish(request)
+                finished[request_id] = "cancelled"
+
+    def _fail_all(self, why: str) -> list[Event]:
+        with self._lock:
+            self.failure = why
+            left = self._drain()
+        return [Event(r.id, (), "error", why) for r in left]
+
+    def _drain(self) -> list[Request]:
+        """Takes every request out of the scheduler (rows freed); the caller holds the lock."""
+        left = [*self.scheduler.waiting, *self.scheduler.running.values()]
+        for request in left:
+            if request.status is Status.WAITING:
+                self.scheduler.remove_waiting(request.id)
+            else:
+                self.scheduler.finish(request)
+        return left

@@ -1,0 +1,63 @@
+"""One step of the model over an Engine (nano-vllm's model runner): prefill chunks into their rows, and one
+batched decode step over every row, greedy on the device or sampled on the host from the step's logits.
+
+The engine's decode step advances every row, used or not. Rows nobody uses compute harmlessly, but their
+positions keep growing; a free row that reaches the end of its positions is parked again at position 1 with
+a one-token prefill, so no row ever writes past max_positions, whatever the engine does at its edge."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from linnet_core.engine import Engine
+from linnet_core.serve.request import Request
+from linnet_core.serve.sampling import sample
+from linnet_core.serve.scheduler import PrefillChunk
+
+
+def can_sample(engine: Engine) -> bool:
+    """Sampling needs the optional logits methods of the engine contract (SamplingEngine in engine.py)."""
+    return callable(getattr(engine, "prefill_logits", None)) and callable(getattr(engine, "step_logits", None))
+
+
+class ModelStep:
+    def __init__(self, engine: Engine):
+        self.engine = engine
+        self.rows, self.max_positions = engine.rows, engine.max_positions
+        self.can_sample = can_sample(engine)
+        self.positions = np.zeros(self.rows, dtype=np.int64)  # [rows] host mirror of each row's position
+        self.last_tokens = np.zeros(self.rows, dtype=np.int64)  # [rows] the token each row feeds at the next step
+
+    def prefill(self, chunk: PrefillChunk) -> int | None:
+        """Writes the chunk into the request's row. Returns the request's first new token after its last chunk."""
+        request, row = chunk.request, chunk.request.row
+        if chunk.is_last and not request.params.greedy:
+            logits = self.engine.prefill_logits(row, chunk.tokens, chunk.start)  # [vocab]
+            token = sample(logits, request.params.temperature, request.params.top_p, request.rng)
+        else:
+            token = int(self.engine.prefill(row, chunk.tokens, chunk.start))
+        self.positions[row] = chunk.start + len(chunk.tokens)
+        self.last_tokens[row] = token
+        return token if chunk.is_last else None
+
+    def decode(self, sampling: list[Request]) -> np.ndarray:
+        """One decode step over all rows; int [rows] new token ids. `sampling` are the decoding requests that
+        sample: without them the step is the engine's greedy step and only token ids leave the device."""
+        self.park_exhausted_rows()
+        if not sampling:
+            tokens = np.asarray(self.engine.step(), dtype=np.int64)
+        else:
+            logits = self.engine.step_logits(self.last_tokens)  # [rows, vocab]; rows feed the tokens we chose
+            tokens = logits.argmax(axis=-1).astype(np.int64)
+            for request in sampling:
+                tokens[request.row] = sample(logits[request.row], request.params.temperature, request.params.top_p, request.rng)
+        assert tokens.shape == (self.rows,), f"the engine's step returned shape {tokens.shape}, not ({self.rows},)"
+        self.positions += 1
+        self.last_tokens = tokens
+        return tokens
+
+    def park_exhausted_rows(self) -> None:
+        """A request's row never reaches max_positions (the scheduler checks its length); a free row might."""
+        for row in np.flatnonzero(self.positions >= self.max_positions):
+            self.last_tokens[row] = self.engine.prefill(int(row), [0], 0)
+            self.positions[row] = 1

@@ -1,0 +1,87 @@
+"""linnet.serve rows: the serving engine in this process over one Linnet backend each (S = the workload's
+in-flight bound rows of L positions, continuous batching), its requests streamed through AsyncClient, the
+same path the HTTP server takes minus the sockets. Greedy on the device, EOS ignored."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+# as runners/_jax.py, without importing JAX for the rows that do not use it: no 75% GPU reservation at start-up
+os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+
+from linnet_core.checkpoint import read_config
+from linnet_core.serve.backends import EngineSpec, make_engine, unavailable
+from linnet_core.serve.client import AsyncClient
+from linnet_core.serve.config import ServeConfig
+from linnet_core.serve.engine_loop import ServeEngine
+from linnet_core.serve.request import SamplingParams
+from runners import base
+
+
+class LinnetServe(base.ServingRunner):
+    backend = ""  # a linnet_core.serve.backends name (or module:function)
+
+    @classmethod
+    def unavailable(cls, spec):
+        return unavailable(cls.backend)
+
+    def mode(self) -> str | None:
+        """The backend's variant for this row; None lets the backend pick per device."""
+        return None
+
+    def load(self):
+        spec = self.spec
+        engine_spec = EngineSpec(Path(spec.checkpoint), self.rows, self.max_positions, spec.dtype, spec.device,
+                                 spec.work / "engine", self.mode())  # fmt: skip
+        self.built = make_engine(self.backend, engine_spec)
+        self.notes.extend(self.built.notes)
+        config = ServeConfig(rows=self.rows, max_positions=self.max_positions,
+                             max_waiting=spec.serving_workload.requests, **self.built.serve_options)  # fmt: skip
+        self.serve = ServeEngine(self.built.engine, config, read_config(Path(spec.checkpoint)).eos_token_id, self.backend)
+        self.notes.append(f"linnet.serve: {config.rows} rows x {config.max_positions} positions, "
+                          f"prefill chunks of <= {config.prefill_chunk} tokens, {config.prefill_budget} per step")  # fmt: skip
+
+    async def start(self):
+        self.client = AsyncClient(self.serve)
+
+    async def generate(self, prompt, max_tokens):
+        stream = self.client.submit(prompt, SamplingParams(max_tokens=max_tokens, ignore_eos=True))
+        try:
+            async for event in stream:
+                if event.finish_reason in ("error", "cancelled"):
+                    raise RuntimeError(f"linnet.serve ended request {stream.id}: {event.finish_reason} {event.error or ''}")
+                if event.tokens:
+                    yield list(event.tokens)
+        finally:
+            stream.cancel()
+
+    async def stop(self):
+        self.client.close()
+        self.metrics["serving_steps"] = self.serve.steps
+
+    def score(self, ids, n_prefill):
+        """The engine's own cache path, in row 0, once the serving loop has stopped."""
+        return self.built.engine.score(ids, n_prefill)
+
+
+class CudaGraphs(LinnetServe):
+    """linnet.serve on generated PyTorch, its decode step a CUDA graph; on a CPU, the torch path without graphs."""
+
+    backend = "torch"
+
+    def mode(self):
+        return "cudagraphs" if self.spec.device == "cuda" else None
+
+
+class Xla(LinnetServe):
+    backend = "xla"
+
+    def close(self):
+        from runners import _jax
+
+        _jax.record_allocator_peak(self, self.built.engine.device)
+
+
+class Ort(LinnetServe):
+    backend = "ort"

@@ -1,0 +1,59 @@
+"""Each linnet.serve backend on qwen2-tiny (CPU, f32): the engine it makes keeps the contract with the optional
+logits methods, chunked prefill included, against the tests' reference engine; and a request served by it
+through the engine loop gets the tokens transformers generates for it alone."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from linnet_core.serve.backends import BACKENDS, EngineSpec, make_engine, unavailable
+from linnet_core.serve.config import ServeConfig
+from linnet_core.serve.engine_loop import ServeEngine
+from linnet_core.serve.request import Request, SamplingParams
+from tests.serve_reference_engine import ReferenceEngine
+from tests.test_serve_engine import prompts, run_to_end, single_request_tokens
+
+ROWS, POSITIONS = 4, 64
+
+
+@pytest.fixture(scope="module", params=sorted(BACKENDS))
+def built(request, tiny_checkpoint, tmp_path_factory):
+    reason = unavailable(request.param)
+    if reason:
+        pytest.skip(reason)
+    spec = EngineSpec(tiny_checkpoint, ROWS, POSITIONS, work_dir=tmp_path_factory.mktemp(request.param))
+    return request.param, make_engine(request.param, spec)
+
+
+@pytest.fixture(scope="module")
+def reference(tiny_checkpoint):
+    return ReferenceEngine(tiny_checkpoint, ROWS, POSITIONS)
+
+
+def test_the_engine_keeps_the_contract_with_logits(built, reference):
+    name, b = built
+    engine, prompt = b.engine, list(range(100, 121))
+    assert (engine.rows, engine.max_positions) == (ROWS, POSITIONS) and b.notes
+    engine.prefill(1, prompt[:13])  # a chunked prefill: the second chunk continues at 13
+    assert engine.prefill(1, prompt[13:], 13) == reference.prefill(1, prompt)
+    assert np.abs(engine.prefill_logits(2, prompt[:9]) - reference.prefill_logits(2, prompt[:9])).max() <= 1e-4
+    fed = np.array([3, 5, 7, 9])  # rows 1 and 2 consume these instead of their last tokens
+    logits, expected = engine.step_logits(fed), reference.step_logits(fed)
+    assert logits.shape == (ROWS, 1024) and logits.dtype == np.float32
+    assert np.abs(logits[1:3] - expected[1:3]).max() <= 1e-4
+    assert list(engine.step()[1:3]) == list(reference.step()[1:3])  # the argmax became their last tokens
+
+
+def test_a_served_request_gets_its_single_request_tokens(built, tiny_checkpoint):
+    name, b = built
+    serve = ServeEngine(b.engine, ServeConfig(rows=ROWS, max_positions=POSITIONS, prefill_chunk=16, prefill_budget=32), 1001, name)
+    requests = [Request(p, SamplingParams(max_tokens=8, ignore_eos=True)) for p in prompts(6, seed=11, low=10, high=40)]
+    sampled = Request(requests[0].prompt, SamplingParams(max_tokens=8, temperature=0.8, seed=5, ignore_eos=True))
+    for r in (*requests, sampled):
+        serve.submit(r)
+    run_to_end(serve)
+    for r in requests[:3]:
+        assert r.output == single_request_tokens(tiny_checkpoint, r.prompt, 8), (name, r.prompt)
+    assert all(len(r.output) == 8 for r in (*requests, sampled))
+    assert sampled.output != requests[0].output

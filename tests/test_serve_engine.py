@@ -1,0 +1,253 @@
+"""linnet.serve's engine on qwen2-tiny (CPU): continuous batching gives each request the tokens it would get alone;
+rows are allocated, freed, parked; the queue is bounded; cancellation, sampling and model failures behave."""
+
+from __future__ import annotations
+
+import asyncio
+
+import numpy as np
+import pytest
+
+from linnet_core.errors import UserError
+from linnet_core.serve.client import AsyncClient
+from linnet_core.serve.config import ServeConfig
+from linnet_core.serve.engine_loop import EngineFailed, ServeEngine
+from linnet_core.serve.request import Request, SamplingParams, Status
+from linnet_core.serve.rows import RowPool
+from linnet_core.serve.sampling import sample
+from linnet_core.serve.scheduler import QueueFull
+from runners.base import RunSpec
+from tests.serve_reference_engine import ReferenceEngine
+
+GREEDY = SamplingParams(max_tokens=6, ignore_eos=True)
+
+
+def prompts(n: int, seed: int = 0, low: int = 5, high: int = 30) -> list[list[int]]:
+    rng = np.random.default_rng(seed)
+    return [rng.integers(0, 1000, size=int(rng.integers(low, high))).tolist() for _ in range(n)]
+
+
+def run_to_end(serve: ServeEngine, max_steps: int = 500) -> list:
+    """Steps the engine on this thread until it is idle; returns every event."""
+    events = []
+    for _ in range(max_steps):
+        if not serve.scheduler.has_work:
+            return events
+        events.extend(serve.step())
+    raise AssertionError(f"the engine still had work after {max_steps} steps")
+
+
+def single_request_tokens(checkpoint, prompt: list[int], n: int) -> list[int]:
+    """The tokens the reference row (transformers eager, its own cache path) generates for the prompt alone."""
+    from runners.transformers_eager import Runner
+
+    spec = RunSpec("transformers", "", "qwen2-tiny", str(checkpoint), "f32", "cpu", prompt, n, 0, 1, [], 0, 64, "/tmp")
+    runner = Runner(spec)
+    runner.load()
+    return [runner.prefill(prompt), *runner.decode(n - 1)]
+
+
+@pytest.fixture(scope="module")
+def engine(tiny_checkpoint):
+    return ReferenceEngine(tiny_checkpoint, rows=3, max_positions=48)
+
+
+def serve_engine(engine, **config) -> ServeEngine:
+    for row in range(engine.rows):  # a fresh cache state for each test
+        engine.sequences[row] = []
+    config = {"rows": engine.rows, "max_positions": engine.max_positions, **config}
+    return ServeEngine(engine, ServeConfig(**config), eos_token_id=1001)
+
+
+def test_batched_requests_get_the_tokens_they_would_get_alone(engine, tiny_checkpoint):
+    # 5 requests on 3 rows: some wait, rows are reused, long prompts are prefilled in chunks of 8 over steps
+    serve = serve_engine(engine, prefill_chunk=8, prefill_budget=16)
+    requests = [Request(p, GREEDY) for p in prompts(5)]
+    for r in requests:
+        serve.submit(r)
+    run_to_end(serve)
+    for r in requests[:2]:
+        assert r.output == single_request_tokens(tiny_checkpoint, r.prompt, GREEDY.max_tokens)
+    alone = ReferenceEngine(tiny_checkpoint, rows=1, max_positions=48)
+    for r in requests[2:]:  # the others against the engine alone, in one row, prefilled whole
+        first = alone.prefill(0, r.prompt)
+        assert r.output == [first, *(int(alone.step()[0]) for _ in range(GREEDY.max_tokens - 1))]
+    assert all(r.status is Status.FINISHED for r in requests)
+    assert serve.scheduler.pool.num_used == 0 and not serve.scheduler.running
+
+
+def test_events_stream_every_token_once_and_end_with_the_reason(engine):
+    serve = serve_engine(engine)
+    requests = [Request(p, SamplingParams(max_tokens=4, ignore_eos=True)) for p in prompts(4, seed=1)]
+    for r in requests:
+        serve.submit(r)
+    events = run_to_end(serve)
+    for r in requests:
+        mine = [e for e in events if e.request_id == r.id]
+        assert [t for e in mine for t in e.tokens] == r.output and len(r.output) == 4
+        assert [e.finish_reason for e in mine][-1] == "length" and all(e.finish_reason is None for e in mine[:-1])
+
+
+def test_eos_ends_a_request_unless_ignored(engine):
+    serve = serve_engine(engine)
+    probe = Request(prompts(1, seed=2)[0], SamplingParams(max_tokens=5, ignore_eos=True))
+    serve.submit(probe)
+    run_to_end(serve)
+    serve.eos_token_id = probe.output[1]  # pretend the second token is EOS
+    stops = Request(probe.prompt, SamplingParams(max_tokens=5))
+    serve.submit(stops)
+    events = run_to_end(serve)
+    assert stops.output == probe.output[:2] and events[-1].finish_reason == "stop"
+
+
+def test_a_prompt_longer_than_a_row_is_refused(engine):
+    serve = serve_engine(engine)
+    with pytest.raises(UserError, match="needs 50 positions; a row holds 48"):
+        serve.submit(Request(list(range(40)), SamplingParams(max_tokens=10)))
+    with pytest.raises(UserError, match="the prompt is empty"):
+        Request([], GREEDY)
+
+
+@pytest.mark.parametrize("bad", [dict(max_tokens=0), dict(temperature=-1.0), dict(top_p=0.0), dict(top_p=1.5), dict(temperature=float("nan"))])
+def test_bad_sampling_parameters_are_user_errors(bad):
+    with pytest.raises(UserError):
+        SamplingParams(**bad)
+
+
+def test_the_queue_is_bounded_beyond_the_free_rows(engine):
+    serve = serve_engine(engine, max_waiting=2)
+    for p in prompts(3 + 2, seed=3):  # 3 free rows take 3 now, 2 more may wait
+        serve.submit(Request(p, GREEDY))
+    with pytest.raises(QueueFull, match="5 requests are already waiting for 3 rows"):
+        serve.submit(Request(prompts(1)[0], GREEDY))
+    serve.step()  # 3 admitted, 2 still wait for them: the queue is at its bound
+    with pytest.raises(QueueFull):
+        serve.submit(Request(prompts(1)[0], GREEDY))
+    run_to_end(serve)
+    serve.submit(Request(prompts(1)[0], GREEDY))  # rows free again
+    run_to_end(serve)
+    assert serve.scheduler.pool.num_used == 0
+
+
+def test_cancelling_frees_the_row_at_the_next_step(engine):
+    serve = serve_engine(engine)
+    long, other = (Request(p, SamplingParams(max_tokens=20, ignore_eos=True)) for p in prompts(2, seed=4))
+    waiting = Request(prompts(1, seed=5)[0], GREEDY)
+    for r in (long, other):
+        serve.submit(r)
+    serve.step()
+    serve.step()
+    assert long.row is not None and serve.scheduler.pool.num_used == 2
+    made = len(long.output)  # 3: prefill and decode in the first step, decode in the second
+    serve.cancel(long.id)
+    events = serve.step()
+    assert serve.scheduler.pool.num_used == 1 and not serve.scheduler.pool.is_used(long.row)
+    assert [e.finish_reason for e in events if e.request_id == long.id] == ["cancelled"]
+    assert made == 3 and len(long.output) == made  # nothing more was made for it
+    serve.submit(waiting)
+    serve.cancel(waiting.id)  # cancelled while still queued
+    events = run_to_end(serve)
+    assert waiting.output == [] and [e.finish_reason for e in events if e.request_id == waiting.id] == ["cancelled"]
+    assert len(other.output) == 20
+
+
+def test_free_rows_are_parked_before_they_run_out_of_positions(engine):
+    # row 0's request fills it (16 + 32 = 48 positions) and ends while row 1's goes on, so row 0 keeps being
+    # stepped; the reference engine asserts if any row writes past its 48 positions
+    serve = serve_engine(engine)
+    full = Request(prompts(1, seed=6, low=16, high=17)[0], SamplingParams(max_tokens=32, ignore_eos=True))
+    longer = Request(prompts(1, seed=7, low=5, high=6)[0], SamplingParams(max_tokens=42, ignore_eos=True))
+    serve.submit(full)
+    serve.submit(longer)
+    run_to_end(serve)
+    assert (full.row, longer.row, len(longer.output)) == (0, 1, 42)
+    assert serve.model.positions[0] < 16  # parked again near the start
+    assert serve.model.positions.max() <= engine.max_positions
+
+
+def test_sampling_is_seeded_and_top_p_narrows_to_the_argmax(engine):
+    serve = serve_engine(engine)
+    prompt = prompts(1, seed=8)[0]
+    greedy = Request(prompt, SamplingParams(max_tokens=8, ignore_eos=True))
+    hot = [Request(prompt, SamplingParams(max_tokens=8, temperature=5.0, seed=s, ignore_eos=True)) for s in (1, 1, 2)]
+    narrow = Request(prompt, SamplingParams(max_tokens=8, temperature=1.0, top_p=1e-9, seed=3, ignore_eos=True))
+    for r in (greedy, *hot):
+        serve.submit(r)
+    run_to_end(serve)
+    serve.submit(narrow)
+    run_to_end(serve)
+    assert hot[0].output == hot[1].output != hot[2].output
+    assert hot[0].output != greedy.output
+    assert narrow.output == greedy.output
+
+
+def test_sample_follows_the_distribution():
+    logits = np.log(np.array([0.5, 0.3, 0.2, 1e-12]))
+    rng = np.random.default_rng(0)
+    draws = np.bincount([sample(logits, 1.0, 1.0, rng) for _ in range(4000)], minlength=4) / 4000
+    assert np.allclose(draws[:3], [0.5, 0.3, 0.2], atol=0.03) and draws[3] == 0
+    nucleus = {sample(logits, 1.0, 0.75, rng) for _ in range(500)}
+    assert nucleus == {0, 1}  # 0.5 + 0.3 reaches 0.75: the 0.2 token is cut
+
+
+def test_a_greedy_only_engine_refuses_sampling(engine):
+    class GreedyOnly:
+        rows, max_positions = engine.rows, engine.max_positions
+        prefill, step = engine.prefill, engine.step
+
+    serve = ServeEngine(GreedyOnly(), ServeConfig(rows=engine.rows, max_positions=engine.max_positions), name="greedy")
+    with pytest.raises(UserError, match="serves greedy requests only"):
+        serve.submit(Request([1, 2, 3], SamplingParams(temperature=0.7)))
+
+
+def test_rows_are_reused_lowest_first():
+    pool = RowPool(3)
+    assert [pool.allocate() for _ in range(3)] == [0, 1, 2] and not pool.can_allocate()
+    pool.free(1)
+    pool.free(0)
+    assert pool.allocate() == 0 and pool.num_free == 1
+    with pytest.raises(AssertionError, match="row 1 is not allocated"):
+        pool.free(1)
+
+
+def test_concurrent_streams_through_the_async_client_all_complete(engine):
+    serve = serve_engine(engine, max_waiting=16)
+    lengths = [3, 7, 1, 5, 9, 2, 4, 6, 8, 3, 5, 2]
+
+    async def main():
+        client = AsyncClient(serve)
+        try:
+            streams = [client.submit(p, SamplingParams(max_tokens=n, ignore_eos=True)) for p, n in zip(prompts(12, seed=9), lengths)]
+            return await asyncio.wait_for(asyncio.gather(*(s.tokens() for s in streams)), timeout=120), streams
+        finally:
+            client.close()
+
+    outputs, streams = asyncio.run(main())
+    assert [len(o) for o in outputs] == lengths
+    assert all(s.finish_reason == "length" for s in streams)
+    assert serve.scheduler.pool.num_used == 0
+
+
+def test_a_model_failure_ends_every_request_and_refuses_new_ones(engine):
+    class Breaks:
+        rows, max_positions = engine.rows, engine.max_positions
+        prefill = engine.prefill
+
+        def step(self):
+            raise RuntimeError("planted device fault")
+
+    serve = ServeEngine(Breaks(), ServeConfig(rows=engine.rows, max_positions=engine.max_positions))
+
+    async def main():
+        client = AsyncClient(serve)
+        try:
+            streams = [client.submit(p, GREEDY) for p in prompts(5, seed=10)]
+            await asyncio.wait_for(asyncio.gather(*(s.tokens() for s in streams)), timeout=60)
+            return streams
+        finally:
+            client.close()
+
+    streams = asyncio.run(main())
+    assert all(s.finish_reason == "error" and "planted device fault" in s.error for s in streams)
+    with pytest.raises(EngineFailed, match="planted device fault"):
+        serve.submit(Request([1, 2], GREEDY))

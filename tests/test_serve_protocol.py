@@ -1,0 +1,61 @@
+"""The serving protocol through the real harness (child processes, result files): its metrics, its bound on
+requests in flight, its refusal of requests cut short, and linnet.serve's own row (its torch backend on this CPU)."""
+
+from __future__ import annotations
+
+import pytest
+
+from harness.bench import BenchSettings, run_bench
+from harness.results import load_result
+from harness.workload import SERVING, get_profile
+from runners import RUNNERS, RunnerInfo
+
+SERVING_FIELDS = [f"serving_{m}{s}" for m in ("tok_s", "ttft_ms", "itl_ms") for s in ("", "_min", "_max")] + [
+    "serving_ttft_ms_p90", "serving_ttft_ms_p99", "serving_itl_ms_p90", "serving_itl_ms_p99", "serving_tpot_ms",
+    "load_s", "first_call_s", "peak_mem_gib", "mem_kind",
+]  # fmt: skip
+
+
+def serving(name: str, cls: str) -> RunnerInfo:
+    return RunnerInfo(name, f"tests.fake_serving_runners:{cls}", name, "Serving many requests", kind="serving")
+
+
+@pytest.fixture(scope="module")
+def serving_run(tiny, tmp_path_factory, private_cache):
+    runners = (serving("steady", "Steady"), serving("cut-short", "CutShort"), RUNNERS["serve-linnet-cudagraphs"])
+    settings = BenchSettings(tiny, runners, get_profile("quick"), "f32", "cpu", None, tmp_path_factory.mktemp("results"))
+    return load_result(run_bench(settings))
+
+
+def test_the_serving_metrics_are_measured_at_the_client(serving_run):
+    w = SERVING["quick"]
+    row = next(r for r in serving_run.rows if r.runner == "steady")
+    m = row.metrics
+    assert row.status == "ok", row.reason
+    assert all(f in m for f in SERVING_FIELDS), sorted(set(SERVING_FIELDS) - set(m))
+    assert m["serving_tok_s"] * m["serving_wall_s"] == pytest.approx(w.requests * w.new_tokens)
+    assert m["serving_ttft_ms_min"] <= m["serving_ttft_ms"] <= m["serving_ttft_ms_p90"] <= m["serving_ttft_ms_p99"] <= m["serving_ttft_ms_max"]
+    assert 0.5 < m["serving_itl_ms"] < 1000 and m["serving_tpot_ms"] > 0.5  # a token per >= 1 ms sleep
+    assert m["most_open"] == w.max_in_flight  # all submitted at start, never more than the bound open
+    assert (m["serving_requests"], m["serving_new_tokens"], m["serving_in_flight"]) == (w.requests, w.new_tokens, w.max_in_flight)
+    assert any(n.startswith("serving workload 'quick'") for n in row.notes)
+
+
+def test_the_result_file_records_the_serving_workload(serving_run):
+    assert serving_run.workload["serving"]["name"] == "quick" and serving_run.workload["serving"]["requests"] == SERVING["quick"].requests
+
+
+def test_a_request_cut_short_fails_the_row(serving_run):
+    row = next(r for r in serving_run.rows if r.runner == "cut-short")
+    assert row.status == "failed" and "cut-short: requests (index, tokens) came back with other than" in row.reason
+
+
+def test_linnet_serve_matches_the_reference_and_says_how_it_ran(serving_run):
+    row = next(r for r in serving_run.rows if r.runner == "serve-linnet-cudagraphs")
+    assert row.status == "ok", row.reason
+    assert row.label == "linnet.serve, CUDA graphs" and row.group == "Serving many requests" and row.peer == "serve-vllm"
+    assert "on a CPU: the torch path without CUDA graphs" in row.notes
+    assert row.tokens_agree == get_profile("quick").new_tokens
+    assert row.distance is not None and row.distance <= 1e-4
+    assert row.metrics["serving_steps"] > 0 and row.metrics["serving_tok_s"] > 0
+    assert any("4 rows x 56 positions" in n for n in row.notes)

@@ -1,0 +1,230 @@
+"""`linnet serve` as a user runs it: a subprocess on a free loopback port, spoken to over real HTTP with httpx.
+Completions (whole and streamed) carry the engine's tokens; bad input is a 4xx that says what is wrong; a full
+queue is a 503; a client that goes away gives its row back. Every client call has a timeout."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.test_serve_engine import single_request_tokens
+
+ROOT = Path(__file__).resolve().parent.parent
+# the load tests need rows that stay busy for seconds: the tests' reference engine is slow enough
+BACKEND = "tests.serve_reference_engine:make_engine"
+ROWS, POSITIONS, MAX_WAITING = 2, 512, 2
+REAL_BACKEND = "torch"  # a Linnet engine, the default of `linnet serve`
+TIMEOUT = httpx.Timeout(30.0)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_until(condition, timeout_s: float, what: str):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(0.1)
+    raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
+
+
+@contextlib.contextmanager
+def serving(backend: str, rows: int, positions: int, max_waiting: int):
+    """`linnet serve qwen2-tiny` on a free loopback port until the block ends; yields its base URL."""
+    port = free_port()
+    command = [sys.executable, "-m", "linnet_core.cli", "serve", "qwen2-tiny", "--backend", backend, "--rows", str(rows),
+               "--positions", str(positions), "--max-waiting", str(max_waiting), "--port", str(port)]  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    log = tempfile.TemporaryFile("w+")  # a file, not a pipe: a pipe nobody reads could fill and stall the server
+    child = subprocess.Popen(command, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, text=True)
+    base = f"http://127.0.0.1:{port}"
+
+    def healthy():
+        if child.poll() is not None:
+            log.seek(0)
+            raise AssertionError(f"the server exited with {child.returncode}: {log.read()[-3000:]}")
+        try:
+            return httpx.get(f"{base}/health", timeout=2).status_code == 200
+        except httpx.TransportError:
+            return False
+
+    try:
+        wait_until(healthy, 180, "the server's /health")
+        yield base
+    finally:
+        child.terminate()
+        try:
+            child.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            child.kill()
+            child.wait(timeout=10)
+        log.close()
+
+
+@pytest.fixture(scope="module")
+def server(tiny_checkpoint):
+    with serving(BACKEND, ROWS, POSITIONS, MAX_WAITING) as base:
+        yield base
+
+
+@pytest.fixture(scope="module")
+def real_server(tiny_checkpoint):
+    with serving(REAL_BACKEND, 8, 256, 16) as base:
+        yield base
+
+
+def test_a_linnet_engine_serves_streamed_completions(real_server, tiny_checkpoint):
+    prompts = [list(range(200 + 7 * i, 230 + 11 * i)) for i in range(12)]
+
+    async def main():
+        async with httpx.AsyncClient(timeout=TIMEOUT) as client:
+            jobs = (read_stream(client, real_server, p, 16) for p in prompts)
+            return await asyncio.wait_for(asyncio.gather(*jobs), timeout=120)
+
+    streams = asyncio.run(main())
+    tokens = [[t for c in chunks[:-1] for t in c["choices"][0]["token_ids"]] for chunks in streams]
+    assert all(len(t) == 16 for t in tokens)
+    assert tokens[0] == single_request_tokens(tiny_checkpoint, prompts[0], 16)
+    h = health(real_server)
+    assert h["backend"] == REAL_BACKEND and h["rows_busy"] == 0 and h["steps"] >= 16
+
+
+def post(base: str, body, **kwargs) -> httpx.Response:
+    content = body if isinstance(body, bytes) else json.dumps(body).encode()
+    return httpx.post(f"{base}/v1/completions", content=content, headers={"Content-Type": "application/json"},
+                      timeout=kwargs.pop("timeout", TIMEOUT), **kwargs)  # fmt: skip
+
+
+def health(base: str) -> dict:
+    return httpx.get(f"{base}/health", timeout=TIMEOUT).json()
+
+
+def test_health_and_models(server):
+    h = health(server)
+    assert h["status"] == "ok" and h["rows"] == ROWS and h["rows_busy"] == 0 and h["waiting"] == 0
+    models = httpx.get(f"{server}/v1/models", timeout=TIMEOUT).json()
+    assert [m["id"] for m in models["data"]] == ["qwen2-tiny"] and models["data"][0]["max_model_len"] == POSITIONS
+
+
+def test_a_completion_carries_the_single_request_tokens(server, tiny_checkpoint):
+    prompt = list(range(100, 124))
+    r = post(server, {"model": "qwen2-tiny", "prompt": prompt, "max_tokens": 6, "ignore_eos": True})
+    assert r.status_code == 200, r.text
+    body = r.json()
+    choice = body["choices"][0]
+    assert choice["token_ids"] == single_request_tokens(tiny_checkpoint, prompt, 6)
+    assert choice["finish_reason"] == "length" and choice["text"] == ""  # synthetic weights have no tokenizer
+    assert body["object"] == "text_completion" and body["usage"] == {"prompt_tokens": 24, "completion_tokens": 6, "total_tokens": 30}
+
+
+async def read_stream(client: httpx.AsyncClient, base: str, prompt: list[int], max_tokens: int) -> list[dict]:
+    body = {"prompt": prompt, "max_tokens": max_tokens, "ignore_eos": True, "stream": True, "stream_options": {"include_usage": True}}
+    chunks = []
+    async with client.stream("POST", f"{base}/v1/completions", json=body) as r:
+        assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream")
+        async for line in r.aiter_lines():
+            if line.startswith("data: "):
+                chunks.append(line[len("data: ") :])
+    assert chunks[-1] == "[DONE]", chunks[-3:]
+    return [json.loads(c) for c in chunks[:-1]]
+
+
+def test_concurrent_streams_all_complete_with_their_counts(server):
+    lengths = [5, 9, 3, 7]  # two take the rows, two wait for them
+
+    async def main():
+        async with httpx.AsyncClient(timeout=TIMEOUT) as client:
+            jobs = (read_stream(client, server, list(range(10 + i, 30 + i)), n) for i, n in enumerate(lengths))
+            return await asyncio.wait_for(asyncio.gather(*jobs), timeout=120)
+
+    for chunks, n in zip(asyncio.run(main()), lengths):
+        *token_chunks, usage = chunks
+        assert sum(len(c["choices"][0]["token_ids"]) for c in token_chunks) == n
+        assert [c["choices"][0]["finish_reason"] for c in token_chunks][-1] == "length"
+        assert usage["choices"] == [] and usage["usage"]["completion_tokens"] == n
+    assert health(server)["rows_busy"] == 0
+
+
+@pytest.mark.parametrize(
+    "body, status, message",
+    [
+        (b"{not json", 400, "the request body is not valid JSON"),
+        (b"[1, 2]", 400, "the request body must be a JSON object"),
+        ({"max_tokens": 4}, 400, "prompt: Field required"),
+        ({"prompt": [1, 2], "max_tokens": 0}, 400, "max_tokens must be a positive integer"),
+        ({"prompt": [1, 2], "max_tokens": "4"}, 400, "max_tokens: Input should be a valid integer"),
+        ({"prompt": [1, 2], "temperature": -1}, 400, "temperature must be a number >= 0"),
+        ({"prompt": [1, 2], "top_p": 2}, 400, "top_p must be in (0, 1]"),
+        ({"prompt": [1, 2], "stop": ["\n"]}, 400, "stop: unknown field"),
+        ({"prompt": [1, 2], "n": 2}, 400, "n: only one completion per request"),
+        ({"prompt": [[1, 2], [3]]}, 400, "one prompt per request"),
+        ({"prompt": "Hello"}, 400, "this checkpoint has no tokenizer; send the prompt as a list of token ids"),
+        ({"prompt": [1, 5000]}, 400, "token id 5000 is outside the vocabulary [0, 1024)"),
+        ({"prompt": [1] * 500, "max_tokens": 20}, 400, "needs 520 positions; a row holds 512"),
+        ({"prompt": [], "max_tokens": 2}, 400, "the prompt is empty"),
+        ({"prompt": [1, 2], "model": "gpt-4"}, 404, "model 'gpt-4' is not served here"),
+    ],
+)
+def test_bad_requests_are_4xx_with_a_message(server, body, status, message):
+    r = post(server, body)
+    assert r.status_code == status, r.text
+    assert message in r.json()["error"]["message"], r.json()
+
+
+def test_unknown_routes_and_methods(server):
+    assert httpx.get(f"{server}/v1/completions", timeout=TIMEOUT).status_code == 405
+    assert httpx.get(f"{server}/v1/chat", timeout=TIMEOUT).status_code == 404
+
+
+def test_a_full_queue_is_503_and_disconnected_clients_free_their_rows(server):
+    long = {"prompt": [7, 8, 9], "max_tokens": POSITIONS - 3, "ignore_eos": True, "stream": True}
+    with httpx.Client(timeout=TIMEOUT) as client, contextlib.ExitStack() as open_streams:
+        for _ in range(ROWS + MAX_WAITING):  # every row and every queue place taken
+            r = open_streams.enter_context(client.stream("POST", f"{server}/v1/completions", json=long))
+            assert r.status_code == 200
+        wait_until(lambda: health(server)["rows_busy"] == ROWS, 30, "both rows busy")
+        refused = post(server, {"prompt": [1, 2], "max_tokens": 2})
+        assert refused.status_code == 503 and refused.headers["retry-after"] == "1"
+        assert "requests are already waiting for 2 rows" in refused.json()["error"]["message"]
+    # the streams are closed long before their 509 tokens: every row and queue place comes back
+    wait_until(lambda: health(server)["rows_busy"] == 0 and health(server)["waiting"] == 0, 30, "the rows to be freed")
+    assert post(server, {"prompt": [1, 2], "max_tokens": 2}).status_code == 200
+
+
+def test_a_client_that_stops_waiting_for_a_whole_completion_frees_its_row(server):
+    before = health(server)["steps"]
+    with pytest.raises(httpx.ReadTimeout):
+        post(server, {"prompt": [3, 4], "max_tokens": POSITIONS - 2, "ignore_eos": True}, timeout=httpx.Timeout(30.0, read=1.0))
+    wait_until(lambda: health(server)["rows_busy"] == 0, 30, "the row to be freed")
+    assert health(server)["steps"] - before < POSITIONS - 2  # cancelled, not run to its end
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--rows", "0"], "rows must be at least 1, not 0"),
+        (["--backend", "tensorflow"], "unknown backend 'tensorflow'; use one of torch, xla, ort"),
+        (["--positions", "5000"], "--positions 5000 is more than the model's 4096"),
+        (["--dtype", "f8"], "unknown dtype 'f8'"),
+    ],
+)
+def test_bad_server_options_are_one_line_errors(args, message, tiny_checkpoint):
+    out = subprocess.run([sys.executable, "-m", "linnet_core.cli", "serve", "qwen2-tiny", *args, "--port", str(free_port())],
+                         cwd=ROOT, capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert out.returncode == 1 and message in out.stdout and "Traceback" not in out.stderr, (out.stdout, out.stderr[-500:])

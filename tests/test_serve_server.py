@@ -45,11 +45,11 @@ def wait_until(condition, timeout_s: float, what: str):
 
 
 @contextlib.contextmanager
-def serving(backend: str, rows: int, positions: int, max_waiting: int):
+def serving(backend: str, rows: int, positions: int, max_waiting: int, *more: str):
     """`linnet serve qwen2-tiny` on a free loopback port until the block ends; yields its base URL."""
     port = free_port()
     command = [sys.executable, "-m", "linnet_core.cli", "serve", "qwen2-tiny", "--backend", backend, "--rows", str(rows),
-               "--positions", str(positions), "--max-waiting", str(max_waiting), "--port", str(port)]  # fmt: skip
+               "--positions", str(positions), "--max-waiting", str(max_waiting), "--port", str(port), *more]  # fmt: skip
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     log = tempfile.TemporaryFile("w+")  # a file, not a pipe: a pipe nobody reads could fill and stall the server
     child = subprocess.Popen(command, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, text=True)

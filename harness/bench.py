@@ -182,11 +182,11 @@ def make_row(info: RunnerInfo, outcome: launch.ChildOutcome, work: Path, referen
 
 def compare_with_reference(row: Row, record: dict, work: Path, reference: Reference) -> None:
     """Sets the row's distance (max |logits - reference|) and how many greedy tokens agree with the reference."""
-    if reference.failure:
-        row.notes.append(f"not compared: {reference.failure}")
-        return
     if not record.get("has_logits"):
         row.notes.append("not compared: this engine exposes no logits")
+    elif reference.failure:
+        row.notes.append(f"not compared: {reference.failure}")
+        return
     else:
         logits = np.load(work / "logits.npy")
         if logits.shape != reference.logits.shape:

@@ -8,6 +8,8 @@ import time
 import psutil
 
 SAMPLE_EVERY_S = 0.005
+# Listing a process's descendants scans /proc; reading one RSS does not. The tree is re-listed this often.
+TREE_EVERY_S = 0.5
 
 
 def nvml_handles() -> list:
@@ -53,10 +55,12 @@ class MemorySampler:
         self._thread.join()
 
     def _loop(self) -> None:
+        tree, listed_at = [self.process], 0.0
         while not self._stop.is_set():
             try:
-                tree = [self.process, *self.process.children(recursive=True)]
-                rss = sum(p.memory_info().rss for p in tree)
+                if time.monotonic() - listed_at > TREE_EVERY_S:
+                    tree, listed_at = [self.process, *self.process.children(recursive=True)], time.monotonic()
+                rss = sum(p.memory_info().rss for p in tree if p.is_running())
                 self.peak_rss = max(self.peak_rss, rss)
                 if self.handles:
                     self.peak_gpu = max(self.peak_gpu, gpu_bytes(self.handles, {p.pid for p in tree}))

@@ -56,6 +56,7 @@ def write_result(result: ResultFile, path: Path) -> None:
         with os.fdopen(fd, "w") as f:
             f.write(result.model_dump_json(indent=2))
             f.write("\n")
+        os.chmod(tmp, 0o644)  # mkstemp makes it private; a result file is for everyone to read
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

@@ -1,7 +1,9 @@
 """Linnet's JAX emitter: the model description (linnet_core.graph) rendered as a readable, standalone JAX module.
 
 Each op kind is rendered once: a helper function (HELPERS) emitted once into the module, and one call line
-per op (render_op) in the block, the prologue or the epilogue. The fixed rest of the module (the jitted
+per op (render_op) in the block, the prologue or the epilogue. Linears reading the same value (q, k and v;
+gate and up) share one call over their weights concatenated at load: one matmul, one kernel, instead of
+three. The fixed rest of the module (the jitted
 `prefill` and `decode_step` over a donated static KV cache, the safetensors loader, the Engine) is the
 template templates/jax_module.py.j2. `compile_jax` is the `jax` target of `linnet compile`."""
 
@@ -9,6 +11,8 @@ from __future__ import annotations
 
 import importlib.util
 import inspect
+import itertools
+import json
 import sys
 from pathlib import Path
 
@@ -71,30 +75,32 @@ def rope(q, k, positions, heads, kv_heads, head_dim, theta):
 def attention(q, k, v, positions, cache, row, heads, kv_heads, head_dim):
     """Writes k, v [B, T, kv_heads * D] into cache rows row..row+B-1 at positions [B, T], then attends causally:
     each query sees its row's cache up to its own position. q [B, T, heads * D] -> [B, T, heads * D].
-    Grouped-query attention: each key/value head serves heads // kv_heads query heads."""
+    Grouped-query attention: each key/value head serves heads // kv_heads query heads.
+
+    The cache keeps keys as [R, kv, D, S] and values as [R, kv, S, D]: the layouts the two matmuls read, so
+    XLA neither copies nor transposes the cache to attend."""
     B, T = positions.shape
-    S = cache["k"].shape[2]
-    # Scatter into the donated cache, in place, through its [R * kv, S, D] view: row r's head h is r * kv + h.
-    # (On the [R, kv, S, D] array itself, XLA's CPU backend turns a one-row write into a dynamic-update-slice
-    # that it duplicates into the attention's matmul, copying the cache.) Positions past S are dropped.
+    cache_k, cache_v = cache  # [R, kv, D, S], [R, kv, S, D]
+    S = cache_v.shape[2]
+    k = k.reshape(B, T, kv_heads, head_dim)
+    v = v.reshape(B, T, kv_heads, head_dim)
+    # Scatter into the donated cache, in place, through its [R * kv, ...] view: row r's head h is r * kv + h.
+    # (On the 4-d array itself, XLA's CPU backend turns a one-row write into a dynamic-update-slice that it
+    # duplicates into the attention's matmul, copying the cache.) Positions past S are dropped.
     heads_of = ((row + jnp.arange(B, dtype=jnp.int32)[:, None]) * kv_heads + jnp.arange(kv_heads))[:, None, :]  # [B, 1, kv]
     at = positions[:, :, None]  # [B, T, 1]
-
-    def write(c, new):  # c [R, kv, S, D], new [B, T, kv * D]
-        flat = c.reshape(-1, S, head_dim).at[heads_of, at].set(new.reshape(B, T, kv_heads, head_dim), mode="drop", unique_indices=True)
-        return flat.reshape(c.shape)
-
-    cache_k, cache_v = write(cache["k"], k), write(cache["v"], v)  # [R, kv, S, D]
-    # The call's rows, heads leading, as the cache and the matmuls lay them out (no transposed copies).
-    keys = jax.lax.dynamic_slice_in_dim(cache_k, row, B, axis=0)  # [B, kv, S, D]
-    values = jax.lax.dynamic_slice_in_dim(cache_v, row, B, axis=0)
+    write = dict(mode="drop", unique_indices=True)
+    cache_k = cache_k.reshape(-1, head_dim, S).at[heads_of, :, at].set(k, **write).reshape(cache_k.shape)
+    cache_v = cache_v.reshape(-1, S, head_dim).at[heads_of, at].set(v, **write).reshape(cache_v.shape)
+    keys = jax.lax.dynamic_slice_in_dim(cache_k, row, B, axis=0)  # [B, kv, D, S]
+    values = jax.lax.dynamic_slice_in_dim(cache_v, row, B, axis=0)  # [B, kv, S, D]
     q = q.reshape(B, T, kv_heads, heads // kv_heads, head_dim).transpose(0, 2, 1, 3, 4)  # [B, kv, T, G, D]
-    scores = jnp.einsum("bktgd,bksd->bktgs", q, keys, precision=PRECISION) * head_dim**-0.5  # [B, kv, T, G, S]
+    scores = jnp.einsum("bktgd,bkds->bktgs", q, keys, precision=PRECISION) * head_dim**-0.5  # [B, kv, T, G, S]
     visible = jnp.arange(S, dtype=jnp.int32) <= positions[:, None, :, None, None]  # [B, 1, T, 1, S]
     scores = jnp.where(visible, scores.astype(jnp.float32), -jnp.inf)
     weights = jax.nn.softmax(scores, axis=-1).astype(q.dtype)  # softmax in float32, as the reference does
-    out = jnp.einsum("bktgs,bksd->btkgd", weights, values, precision=PRECISION)  # [B, T, kv, G, D]
-    return out.reshape(B, T, heads * head_dim), {"k": cache_k, "v": cache_v}''',
+    out = jnp.einsum("bktgs,bksd->bktgd", weights, values, precision=PRECISION)  # [B, kv, T, G, D]
+    return out.transpose(0, 2, 1, 3, 4).reshape(B, T, heads * head_dim), (cache_k, cache_v)''',
     "silu_mul": '''
 def silu_mul(gate, up):
     """SwiGLU: silu(gate) * up, [B, T, I]."""
@@ -116,10 +122,31 @@ def name(value: str) -> str:
     return IDENTIFIERS.get(value, value)
 
 
+def parallel_linears(ops: tuple[Op, ...]) -> list[tuple[Op, ...]]:
+    """The ops in order, grouped: each run of linears reading the same value (all biased, or none) is one group,
+    rendered as one matmul over their weights concatenated at load; every other op is a group of its own."""
+    def key(op):
+        return (op.inputs, len(op.weights)) if op.kind == "linear" else id(op)
+
+    return [tuple(run) for _, run in itertools.groupby(ops, key)]
+
+
+def fused_name(weights: tuple[str, ...]) -> str:
+    """The parameter concatenating these weights: "q_proj+k_proj+v_proj.weight"; one weight keeps its name."""
+    stems, suffixes = zip(*(w.rsplit(".", 1) for w in weights))
+    assert len(set(suffixes)) == 1, weights
+    return "+".join(stems) + "." + suffixes[0]
+
+
+def params_of(group: tuple[Op, ...]) -> list[tuple[str, tuple[str, ...]]]:
+    """(parameter name, the weights it concatenates) for each weight argument of the group's call."""
+    return [(fused_name(ws), ws) for ws in zip(*(op.weights for op in group))]
+
+
 def render_op(op: Op, weight_ref: str, shape: str | None = None) -> str:
     """One op as one line of Python: `out = function(inputs, weights, attrs)  # shape`.
 
-    weight_ref formats a weight's name into an expression, e.g. 'p["{}"]' inside the block."""
+    weight_ref formats a parameter's name into an expression, e.g. 'p["{}"]' inside the block."""
     outs = [name(v) for v in op.out]
     ins = [name(v) for v in op.inputs]
     comment = f"  # {shape or op.shape}" if (shape or op.shape) else ""
@@ -136,11 +163,27 @@ def render_op(op: Op, weight_ref: str, shape: str | None = None) -> str:
     return f"{', '.join(outs)} = {FUNCTIONS[op.kind]}({', '.join(args)}){comment}"
 
 
+def render_group(group: tuple[Op, ...], weight_ref: str, widths: dict[str, int]) -> str:
+    """A lone op as render_op does; parallel linears as one call split into their outputs."""
+    if len(group) == 1:
+        return render_op(group[0], weight_ref)
+    merged = Op("linear", ("_",), group[0].inputs, tuple(fused for fused, _ in params_of(group)))
+    call = render_op(merged, weight_ref).split(" = ", 1)[1]
+    ends = list(itertools.accumulate(widths[op.weights[0]] for op in group))[:-1]
+    outs = ", ".join(name(op.out[0]) for op in group)
+    return f"{outs} = jnp.split({call}, {ends}, axis=-1)  # {', '.join(op.shape for op in group)}"
+
+
 def emit_module(decoder: Decoder, options: CompileOptions = CompileOptions(), title: str = "Linnet") -> str:
     """The generated module's source text."""
     config = decoder.config
     kinds = [op.kind for op in (*decoder.prologue, *decoder.block, *decoder.epilogue)]
     helpers = "\n\n\n".join(HELPERS[k].strip("\n") for k in dict.fromkeys(kinds) if k in HELPERS)
+    layer = decoder.weights_of_layer(0)
+    hf_of = {w.name.removeprefix("layers.{layer}."): w.hf_name for w in decoder.block_weights}
+    block = parallel_linears(decoder.block)
+    layer_params = dict(p for group in block for p in params_of(group))  # first use order
+    assert sorted(w for ws in layer_params.values() for w in ws) == sorted(layer), "every layer weight once"
     f32 = options.dtype == "f32"
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(Path(__file__).parent / "templates"),
@@ -159,11 +202,11 @@ def emit_module(decoder: Decoder, options: CompileOptions = CompileOptions(), ti
         else "the dtype's own matmuls, accumulating in float32",
         helpers=helpers,
         prologue_lines=[render_op(op, 'params["{}"]') for op in decoder.prologue],
-        block_lines=[render_op(op, 'p["{}"]') for op in decoder.block],
+        block_lines=[render_group(group, 'p["{}"]', {n: w.shape[0] for n, w in layer.items()}) for group in block],
         # the epilogue runs on the last position: T is 1 there
         epilogue_lines=[render_op(op, 'params["{}"]', op.shape.replace("T", "1")) for op in decoder.epilogue],
-        global_names=[(w.name, w.hf_name) for w in decoder.global_weights],
-        block_names=[(w.name.removeprefix("layers.{layer}."), w.hf_name) for w in decoder.block_weights],
+        global_params=[(w.name, json.dumps([w.hf_name])) for w in decoder.global_weights],
+        layer_params=[(p, json.dumps([hf_of[w] for w in ws])) for p, ws in layer_params.items()],
         reader=inspect.getsource(read_safetensors),
     )
 

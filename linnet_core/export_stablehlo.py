@@ -2,8 +2,8 @@
 exported with jax.export (StableHLO, for CPU and CUDA) and serialized to files, with a manifest that says how
 to call them. linnet_core.stablehlo_engine runs them with a checkpoint's weights, without any model code.
 
-Both functions take flat lists (weights in the manifest's order, then the cache's arrays), so the runtime
-needs no pytree of the model. The cache argument keeps its donation: the exported module marks each cache
+Both take the weights as a flat list (the manifest's order) and the cache as (keys, values) per layer, so the
+runtime needs no pytree of the model. The cache keeps its donation: the exported module marks each cache
 array as aliased to its output (tf.aliasing_output), and the runtime calls it under jax.jit with that argument
 donated, so XLA updates the cache in place. The prompt length is symbolic: one prefill artefact serves every
 padded length."""
@@ -25,7 +25,7 @@ FILES = {"prefill": "prefill.jaxexport", "decode_step": "decode_step.jaxexport"}
 
 
 def export_functions(decoder: Decoder, options: CompileOptions):
-    """(the jax.export.Exported of prefill and decode_step, the weights' names in argument order)."""
+    """(the jax.export.Exported of prefill and decode_step, the generated module they come from)."""
     import jax
     import jax.numpy as jnp
 
@@ -34,50 +34,34 @@ def export_functions(decoder: Decoder, options: CompileOptions):
     if options.dtype == "f32":
         jax.config.update("jax_default_matmul_precision", "highest")
     dtype = jnp.dtype(DTYPE_NAMES[options.dtype])
-    rows, c = options.batch, decoder.config
-
-    def spec(shape, dt=dtype):
-        return jax.ShapeDtypeStruct(tuple(shape), dt)
-
-    # The params pytree with (Linnet name, HF name) at its leaves gives the flat order and the tree together.
-    named = {w.name: (w.name, w.hf_name) for w in decoder.global_weights}
-    named["layers"] = [{k: (w.name, w.hf_name) for k, w in decoder.weights_of_layer(n).items()} for n in range(c.num_hidden_layers)]
-    names, params_tree = jax.tree_util.tree_flatten(named, is_leaf=lambda x: isinstance(x, tuple))
-    shapes = {w.name: w.shape for w in decoder.all_weights()}
-    weights = [spec(shapes[name]) for name, _ in names]
-    cache_shape = (rows, c.num_key_value_heads, options.max_positions, c.head_dim)
-    cache_tree = jax.tree_util.tree_structure(module.init_cache(1, 1))
-    cache = [spec(cache_shape)] * cache_tree.num_leaves
-    i32 = jnp.int32
-    tokens, positions, scalar = spec([rows], i32), spec([rows], i32), spec([], i32)
-    (length,) = jax.export.symbolic_shape("T")
-    prompt = spec([1, length], i32)
-
-    def prefill(weights, cache, tokens, positions, prompt, row, start, n):
-        params, cache = params_tree.unflatten(weights), cache_tree.unflatten(cache)
-        *out, cache = module.prefill(params, cache, tokens, positions, prompt, row, start, n)
-        return (*out, jax.tree_util.tree_leaves(cache))
-
-    def decode_step(weights, cache, tokens, positions):
-        params, cache = params_tree.unflatten(weights), cache_tree.unflatten(cache)
-        *out, cache = module.decode_step(params, cache, tokens, positions)
-        return (*out, jax.tree_util.tree_leaves(cache))
+    shape_of = {w.hf_name: w.shape for w in decoder.all_weights()}
+    weights = [jax.ShapeDtypeStruct(concatenated(shape_of, hfs), dtype) for _, hfs in module.param_sources()]
+    cache = jax.eval_shape(lambda: module.init_cache(options.batch, options.max_positions))  # shapes only
+    rows = jax.ShapeDtypeStruct((options.batch,), jnp.int32)  # tokens and positions: one per row
+    scalar = jax.ShapeDtypeStruct((), jnp.int32)
+    prompt = jax.ShapeDtypeStruct((1, *jax.export.symbolic_shape("T")), jnp.int32)  # any padded length
 
     def export(fn, *args):
-        return jax.export.export(jax.jit(fn, donate_argnums=CACHE_ARG), platforms=PLATFORMS)(*args)
+        return jax.export.export(fn, platforms=PLATFORMS)(*args)
 
     exported = {
-        "prefill": export(prefill, weights, cache, tokens, positions, prompt, scalar, scalar, scalar),
-        "decode_step": export(decode_step, weights, cache, tokens, positions),
+        "prefill": export(module.prefill, weights, cache, rows, rows, prompt, scalar, scalar, scalar),
+        "decode_step": export(module.decode_step, weights, cache, rows, rows),
     }
-    return exported, names, module
+    return exported, module
+
+
+def concatenated(shape_of: dict, hf_names: list[str]) -> tuple[int, ...]:
+    """A parameter's shape: its checkpoint tensors' shapes, concatenated along the first axis."""
+    parts = [shape_of[hf] for hf in hf_names]
+    return (sum(p[0] for p in parts), *parts[0][1:])
 
 
 def compile_stablehlo(decoder: Decoder, checkpoint: Path, out: Path, options: CompileOptions) -> list[Path]:
     """Writes prefill.jaxexport, decode_step.jaxexport and manifest.json into `out`; returns their paths."""
     import jax
 
-    exported, names, module = export_functions(decoder, options)
+    exported, module = export_functions(decoder, options)
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     written = []
@@ -85,7 +69,7 @@ def compile_stablehlo(decoder: Decoder, checkpoint: Path, out: Path, options: Co
         path = out / FILES[fn]
         path.write_bytes(exp.serialize())
         written.append(path)
-    c = decoder.config
+    keys, values = jax.eval_shape(lambda: module.init_cache(options.batch, options.max_positions))[0]
     manifest = {
         "format": FORMAT,
         "version": FORMAT_VERSION,
@@ -95,9 +79,10 @@ def compile_stablehlo(decoder: Decoder, checkpoint: Path, out: Path, options: Co
         "rows": options.batch,
         "max_positions": options.max_positions,
         "min_prefill": module.MIN_PREFILL,
-        "vocab_size": c.vocab_size,
-        "weights": [{"name": name, "hf_name": hf_name} for name, hf_name in names],
-        "cache": {"arrays": 2 * c.num_hidden_layers, "shape": [options.batch, c.num_key_value_heads, options.max_positions, c.head_dim]},
+        "vocab_size": decoder.config.vocab_size,
+        # in argument order; a parameter concatenates its checkpoint tensors along the first axis
+        "weights": [{"name": name, "hf_names": hfs} for name, hfs in module.param_sources()],
+        "cache": {"layers": decoder.config.num_hidden_layers, "keys": list(keys.shape), "values": list(values.shape)},
         "functions": {
             "prefill": {
                 "file": FILES["prefill"],

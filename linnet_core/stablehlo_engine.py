@@ -2,7 +2,8 @@
 the weights the manifest names from a checkpoint, and drive them as linnet_core.engine.Engine says.
 
 No model code is imported here: the model is the serialized StableHLO. What this module knows is the calling
-convention the manifest spells out (flat weights, flat cache donated, last tokens and positions on the device)."""
+convention the manifest spells out (a flat weight list, the cache donated, last tokens and positions on the
+device)."""
 
 from __future__ import annotations
 
@@ -44,9 +45,11 @@ class Engine:
         self.rows, self.max_positions = manifest["rows"], manifest["max_positions"]
         self.min_prefill = manifest["min_prefill"]
         self.prefill_fn, self.decode_fn, self.weights = prefill, decode_step, weights
-        cache = manifest["cache"]
-        dtype = jnp.dtype(manifest["dtype"])
-        self.cache = [jnp.zeros(cache["shape"], dtype, device=device) for _ in range(cache["arrays"])]
+        cache, dtype = manifest["cache"], jnp.dtype(manifest["dtype"])
+        self.cache = [
+            (jnp.zeros(cache["keys"], dtype, device=device), jnp.zeros(cache["values"], dtype, device=device))
+            for _ in range(cache["layers"])
+        ]  # per layer (keys, values)
         self.tokens = jnp.zeros((self.rows,), jnp.int32, device=device)  # [R] each row's last token
         self.positions = jnp.zeros((self.rows,), jnp.int32, device=device)  # [R] where its next token goes
 
@@ -88,7 +91,7 @@ def load_engine(artefacts: Path, checkpoint: Path, device=None) -> Engine:
     functions = manifest["functions"]
     prefill, decode_step = (load_function(artefacts, functions[f]) for f in ("prefill", "decode_step"))
     dtype = jnp.dtype(manifest["dtype"])
-    names = [w["hf_name"] for w in manifest["weights"]]
-    tensors = read_safetensors(checkpoint, names)
-    weights = [jax.device_put(np.asarray(tensors[name]).astype(dtype), device) for name in names]
+    sources = [w["hf_names"] for w in manifest["weights"]]
+    tensors = read_safetensors(checkpoint, [hf for hfs in sources for hf in hfs])
+    weights = [jax.device_put(np.concatenate([tensors[hf] for hf in hfs]).astype(dtype), device) for hfs in sources]
     return Engine(manifest, prefill, decode_step, weights, device)

@@ -35,7 +35,7 @@ def module(tiny, tmp_path_factory):
     return import_module(write_module(qwen2_decoder(tiny.config), tmp_path_factory.mktemp("generated")))
 
 
-def test_the_source_renders_each_op_kind_once_and_each_op_as_one_line(tiny):
+def test_the_source_renders_each_op_kind_once_and_every_op_in_order(tiny):
     decoder = qwen2_decoder(tiny.config)
     source = emit_module(decoder)
     tree = ast.parse(source)
@@ -43,8 +43,12 @@ def test_the_source_renders_each_op_kind_once_and_each_op_as_one_line(tiny):
     used = {op.kind for op in (*decoder.prologue, *decoder.block, *decoder.epilogue)} - {"add"}
     assert sorted(FUNCTIONS[k] for k in used) == sorted(set(defined) & set(FUNCTIONS.values()))
     assert all(defined.count(name) == 1 for name in defined), defined
+    # The block assigns every op's outputs, in the description's order (q, k, v in one statement: one matmul).
     block = next(node for node in tree.body if isinstance(node, ast.FunctionDef) and node.name == "block")
-    assert len(block.body) == 1 + len(decoder.block) + 1  # docstring, one statement per op, return
+    assigned = [ast.unparse(t).strip("()") for s in block.body if isinstance(s, ast.Assign) for t in s.targets]
+    expected = [", ".join(op.out + (("cache",) if op.kind == "attention" else ())) for op in decoder.block]
+    assert ", ".join(assigned) == ", ".join(expected)
+    assert 'linear(h, p["q_proj+k_proj+v_proj.weight"], p["q_proj+k_proj+v_proj.bias"])' in source
     assert "[B, T, 192]" in source and "eps=1e-06" in source and "theta=1000000.0" in source
 
 
@@ -78,12 +82,12 @@ def decode(engine, row_of, new_tokens, prefills):
 def test_rows_at_different_positions_decode_as_single_rows(module, tiny_checkpoint):
     rng = np.random.default_rng(3)
     prompts = {0: rng.integers(0, 1000, 5).tolist(), 1: rng.integers(0, 1000, 23).tolist(), 2: rng.integers(0, 1000, 40).tolist()}
-    params = module.load_params(tiny_checkpoint)
+    weights = module.load_weights(tiny_checkpoint)
     single = {}
     for row, prompt in prompts.items():
-        engine = module.Engine(params, rows=1, max_positions=64)
+        engine = module.Engine(weights, rows=1, max_positions=64)
         single[row] = decode(engine, {0: prompt}, 6, [(0, 0, prompt, 0)])[0]
-    engine = module.Engine(params, rows=3, max_positions=64)
+    engine = module.Engine(weights, rows=3, max_positions=64)
     # Row 0 starts first, row 1 two steps later, row 2 in two chunks (a chunked prefill) after that.
     prefills = [(0, 0, prompts[0], 0), (2, 1, prompts[1], 0), (3, 2, prompts[2][:17], 0), (4, 2, prompts[2][17:], 17)]
     batched = decode(engine, prompts, 6, prefills)
@@ -94,15 +98,15 @@ def test_rows_at_different_positions_decode_as_single_rows(module, tiny_checkpoi
 def test_the_cache_is_updated_in_place(module, tiny_checkpoint):
     engine = module.load_engine(tiny_checkpoint, rows=2, max_positions=64)
     for run in (lambda: engine.prefill(1, [1, 2, 3]), engine.step):
-        before = engine.cache[0]["k"]
+        before = engine.cache[0][0]  # layer 0's keys
         pointer = before.unsafe_buffer_pointer()
         run()
         assert before.is_deleted()  # donated
-        assert engine.cache[0]["k"].unsafe_buffer_pointer() == pointer  # and written in place, not copied
+        assert engine.cache[0][0].unsafe_buffer_pointer() == pointer  # and written in place, not copied
 
 
 def test_bad_prefills_are_refused(module, tiny_checkpoint):
-    engine = module.Engine(module.load_params(tiny_checkpoint), rows=2, max_positions=32)
+    engine = module.Engine(module.load_weights(tiny_checkpoint), rows=2, max_positions=32)
     for row, tokens, start in ((2, [1], 0), (0, [], 0), (0, [1] * 30, 3)):
         with pytest.raises(ValueError, match="does not fit 2 x 32"):
             engine.prefill(row, tokens, start)
@@ -116,7 +120,7 @@ def test_the_jax_target_writes_an_importable_module(tmp_path, tiny_checkpoint):
     assert out.returncode == 0, out.stderr
     module = import_module(tmp_path / MODULE_FILE, "linnet_compiled_jax")
     assert "Precision.HIGHEST" in inspect.getsource(module)
-    assert module.Engine(module.load_params(tiny_checkpoint), 1, 32).prefill(0, [5, 6, 7]) >= 0
+    assert module.Engine(module.load_weights(tiny_checkpoint), 1, 32).prefill(0, [5, 6, 7]) >= 0
 
 
 def test_the_linnet_jax_row_matches_the_reference(tiny, tmp_path):

@@ -38,9 +38,9 @@ def test_the_manifest_describes_the_calling_convention(artefacts, tiny):
     manifest = read_manifest(artefacts)
     assert sorted(p.name for p in artefacts.iterdir()) == ["decode_step.jaxexport", "manifest.json", "prefill.jaxexport"]
     assert manifest["rows"] == ROWS and manifest["max_positions"] == POSITIONS and manifest["platforms"] == ["cpu", "cuda"]
-    hf_names = [w["hf_name"] for w in manifest["weights"]]
+    hf_names = [hf for w in manifest["weights"] for hf in w["hf_names"]]
     assert sorted(hf_names) == sorted(w.hf_name for w in qwen2_decoder(tiny.config).all_weights())  # each once
-    assert manifest["cache"]["arrays"] == 2 * tiny.config.num_hidden_layers
+    assert manifest["cache"]["layers"] == tiny.config.num_hidden_layers
 
 
 def test_the_cache_donation_survives_the_export(artefacts):
@@ -51,7 +51,7 @@ def test_the_cache_donation_survives_the_export(artefacts):
         exported = jax.export.deserialize(bytearray((artefacts / entry["file"]).read_bytes()))
         main = next(line for line in exported.mlir_module().splitlines() if "func.func public @main" in line)
         # every cache array is an input aliased to an output: XLA may (and, donated, does) write it in place
-        assert main.count("tf.aliasing_output") == manifest["cache"]["arrays"], (name, main)
+        assert main.count("tf.aliasing_output") == 2 * manifest["cache"]["layers"], (name, main)
         assert entry["donate_argnums"] == [1]
 
 
@@ -61,13 +61,13 @@ FRESH_PROCESS = """
     engine = load_engine(sys.argv[1], sys.argv[2])
     prompts = {int(k): v for k, v in json.loads(sys.argv[3]).items()}
     tokens = {row: [engine.prefill(row, prompt)] for row, prompt in prompts.items()}
-    before = engine.cache[0]
+    before = engine.cache[0][0]
     pointer = before.unsafe_buffer_pointer()
     for _ in range(5):
         ids = engine.step()
         for row in tokens:
             tokens[row].append(int(ids[row]))
-    in_place = before.is_deleted() and engine.cache[0].unsafe_buffer_pointer() == pointer
+    in_place = before.is_deleted() and engine.cache[0][0].unsafe_buffer_pointer() == pointer
     model_code = [m for m in sys.modules if m in ("linnet_core.graph", "linnet_core.emit_jax", "linnet_core.export_stablehlo")]
     print(json.dumps({"tokens": tokens, "in_place": in_place, "model_code": model_code}))
 """
@@ -81,9 +81,9 @@ def test_a_fresh_process_runs_the_artefacts_without_model_code(artefacts, tiny, 
     assert result["in_place"] and result["model_code"] == []
     # The same tokens as the generated JAX module, one row at a time.
     module = import_module(write_module(qwen2_decoder(tiny.config), tmp_path), "linnet_reference_jax")
-    params = module.load_params(tiny_checkpoint)
+    weights = module.load_weights(tiny_checkpoint)
     for row, prompt in PROMPTS.items():
-        engine = module.Engine(params, rows=1, max_positions=POSITIONS)
+        engine = module.Engine(weights, rows=1, max_positions=POSITIONS)
         expected = [engine.prefill(0, prompt), *(int(engine.step()[0]) for _ in range(5))]
         assert result["tokens"][str(row)] == expected
 

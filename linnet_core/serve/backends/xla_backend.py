@@ -16,10 +16,6 @@ from linnet_core.graph import qwen2_decoder
 from linnet_core.serve.backends import Built, EngineSpec
 from linnet_core.targets import CompileOptions
 
-# The engine pads a chunk to a power of two, and a 512-long prefill costs more than two of 256 (attention is
-# T x T): chunks of at most 256 keep the padding and the quadratic part small.
-SERVE_OPTIONS = {"prefill_chunk": 256}
-
 
 class XlaServing:
     """The generated Engine with the contract's logits methods: its prefill and decode calls return the logits
@@ -52,4 +48,4 @@ def make(spec: EngineSpec) -> Built:
     decoder = qwen2_decoder(read_config(spec.checkpoint))
     options = CompileOptions(dtype=spec.dtype, max_positions=spec.max_positions, batch=spec.rows)
     engine = load_engine(decoder, spec.checkpoint, spec.work("jax"), options, device)
-    return Built(XlaServing(engine, device), [f"generated JAX on XLA ({device.platform}), {spec.dtype}"], SERVE_OPTIONS)
+    return Built(XlaServing(engine, device), [f"generated JAX on XLA ({device.platform}), {spec.dtype}"])

@@ -21,8 +21,8 @@ import pytest
 from tests.test_serve_engine import single_request_tokens
 
 ROOT = Path(__file__).resolve().parent.parent
-# the load tests need rows that stay busy for seconds: the tests' reference engine is slow enough
-BACKEND = "tests.serve_reference_engine:make_engine"
+# the load tests need rows that stay busy for seconds: the tests' reference engine, at least 10 ms a step
+BACKEND = "tests.serve_reference_engine:make_slow_engine"
 ROWS, POSITIONS, MAX_WAITING = 2, 512, 2
 REAL_BACKEND = "torch"  # a Linnet engine, the default of `linnet serve`
 TIMEOUT = httpx.Timeout(30.0)

@@ -4,6 +4,8 @@ the optional logits methods, without being a Linnet engine: production backends 
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import torch
 from transformers import AutoModelForCausalLM
@@ -54,6 +56,21 @@ class ReferenceEngine:
         return np.stack([self._logits(list(tokens[:n])) for n in range(n_prefill, len(tokens) + 1)])
 
 
+class SlowEngine(ReferenceEngine):
+    """At least STEP_S per decode step, however fast the machine: rows stay busy long enough to test the load paths."""
+
+    STEP_S = 0.01
+
+    def step_logits(self, tokens):
+        time.sleep(self.STEP_S)
+        return super().step_logits(tokens)
+
+
 def make_engine(spec: EngineSpec) -> Built:
     """The backend function: `--backend tests.serve_reference_engine:make_engine`."""
     return Built(ReferenceEngine(spec.checkpoint, spec.rows, spec.max_positions), notes=["reference engine (tests only)"])
+
+
+def make_slow_engine(spec: EngineSpec) -> Built:
+    """`--backend tests.serve_reference_engine:make_slow_engine`: a request of n tokens takes at least n x 10 ms."""
+    return Built(SlowEngine(spec.checkpoint, spec.rows, spec.max_positions), notes=["slow reference engine (tests only)"])

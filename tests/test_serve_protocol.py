@@ -16,13 +16,23 @@ SERVING_FIELDS = [f"serving_{m}{s}" for m in ("tok_s", "ttft_ms", "itl_ms") for 
 ]  # fmt: skip
 
 
+# rows whose stacks this machine lacks, and the reason each gives
+NOT_HERE = {
+    "serve-vllm": "vllm is not installed",
+    "serve-vllm-linnet-export": "vllm is not installed",
+    "serve-triton-linnet": "tritonserver is not installed",
+    "serve-triton-vllm": "tritonserver is not installed",
+}
+
+
 def serving(name: str, cls: str) -> RunnerInfo:
     return RunnerInfo(name, f"tests.fake_serving_runners:{cls}", name, "Serving many requests", kind="serving")
 
 
 @pytest.fixture(scope="module")
 def serving_run(tiny, tmp_path_factory, private_cache):
-    runners = (serving("steady", "Steady"), serving("cut-short", "CutShort"), RUNNERS["serve-linnet-cudagraphs"])
+    runners = (serving("steady", "Steady"), serving("cut-short", "CutShort"),
+               *(RUNNERS[r] for r in ("serve-linnet-cudagraphs", *NOT_HERE)))  # fmt: skip
     settings = BenchSettings(tiny, runners, get_profile("quick"), "f32", "cpu", None, tmp_path_factory.mktemp("results"))
     return load_result(run_bench(settings))
 
@@ -59,3 +69,10 @@ def test_linnet_serve_matches_the_reference_and_says_how_it_ran(serving_run):
     assert row.distance is not None and row.distance <= 1e-4
     assert row.metrics["serving_steps"] > 0 and row.metrics["serving_tok_s"] > 0
     assert any("4 rows x 56 positions" in n for n in row.notes)
+
+
+def test_the_rows_this_machine_cannot_run_are_skipped_with_the_reason(serving_run):
+    rows = {r.runner: r for r in serving_run.rows}
+    for runner, reason in NOT_HERE.items():
+        assert (rows[runner].status, rows[runner].reason) == ("skipped", reason)
+    assert rows["serve-vllm-linnet-export"].peer == "serve-vllm" and rows["serve-triton-linnet"].peer == "serve-triton-vllm"

@@ -21,8 +21,8 @@ import pytest
 from tests.test_serve_engine import single_request_tokens
 
 ROOT = Path(__file__).resolve().parent.parent
-# the load tests need rows that stay busy for seconds: the tests' reference engine is slow enough
-BACKEND = "tests.serve_reference_engine:make_engine"
+# the load tests need rows that stay busy for seconds: the tests' reference engine, at least 10 ms a step
+BACKEND = "tests.serve_reference_engine:make_slow_engine"
 ROWS, POSITIONS, MAX_WAITING = 2, 512, 2
 REAL_BACKEND = "torch"  # a Linnet engine, the default of `linnet serve`
 TIMEOUT = httpx.Timeout(30.0)
@@ -45,11 +45,11 @@ def wait_until(condition, timeout_s: float, what: str):
 
 
 @contextlib.contextmanager
-def serving(backend: str, rows: int, positions: int, max_waiting: int):
+def serving(backend: str, rows: int, positions: int, max_waiting: int, *more: str):
     """`linnet serve qwen2-tiny` on a free loopback port until the block ends; yields its base URL."""
     port = free_port()
     command = [sys.executable, "-m", "linnet_core.cli", "serve", "qwen2-tiny", "--backend", backend, "--rows", str(rows),
-               "--positions", str(positions), "--max-waiting", str(max_waiting), "--port", str(port)]  # fmt: skip
+               "--positions", str(positions), "--max-waiting", str(max_waiting), "--port", str(port), *more]  # fmt: skip
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     log = tempfile.TemporaryFile("w+")  # a file, not a pipe: a pipe nobody reads could fill and stall the server
     child = subprocess.Popen(command, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, text=True)

@@ -17,6 +17,8 @@ from linnet_core.serve.backends import Built, EngineSpec
 from linnet_core.targets import CompileOptions
 
 MODES = ("eager", "inductor", "cudagraphs")
+# Prefill cost grows faster than its length (attention is T x T): two chunks of 256 cost less than one of 512.
+SERVE_OPTIONS = {"prefill_chunk": 256}
 
 
 class TorchServing:
@@ -53,4 +55,4 @@ def make(spec: EngineSpec) -> Built:
     decoder = qwen2_decoder(read_config(spec.checkpoint))
     options = CompileOptions(dtype=spec.dtype, max_positions=spec.max_positions, batch=spec.rows)
     engine = load_engine(decoder, spec.checkpoint, spec.work("torch"), options, spec.device, mode)
-    return Built(TorchServing(engine), notes)
+    return Built(TorchServing(engine), notes, SERVE_OPTIONS)

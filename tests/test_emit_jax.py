@@ -115,7 +115,7 @@ def test_bad_prefills_are_refused(module, tiny_checkpoint):
 def test_the_jax_target_writes_an_importable_module(tmp_path, tiny_checkpoint):
     out = subprocess.run(
         [sys.executable, "-m", "linnet_core.cli", "compile", "qwen2-tiny", "--target", "jax", "--out", str(tmp_path)],
-        capture_output=True, text=True, timeout=300,
+        capture_output=True, text=True, check=False, timeout=300,
     )  # fmt: skip
     assert out.returncode == 0, out.stderr
     module = import_module(tmp_path / MODULE_FILE, "linnet_compiled_jax")

@@ -34,7 +34,7 @@ class Runner(base.Runner):
         return out, time.perf_counter() - start
 
     def load(self):
-        self.device = _jax.device(self.spec)
+        self.device = _jax.device(self)
         artefacts, compile_s = self.compile()
         self.engine = load_engine(artefacts, self.spec.checkpoint, self.device)
         leaked = [m for m in MODEL_CODE if m in sys.modules]

@@ -131,3 +131,18 @@ def test_the_linnet_jax_row_matches_the_reference(tiny, tmp_path):
     assert 0 < row.distance <= 1e-4
     assert row.tokens_agree == get_profile("quick").new_tokens
     assert row.metrics["decode_tok_s"] > 0 and "allocator_peak_gib" not in row.metrics  # a GPU-only field
+
+
+def test_cuda_without_a_gpu_is_a_skip_with_the_reason(tiny_checkpoint, tmp_path):
+    import jax
+
+    from runners.linnet_jax import Runner
+
+    try:
+        jax.devices("gpu")
+        pytest.skip("this machine has a GPU JAX can use")
+    except RuntimeError:
+        pass
+    spec = RunSpec("linnet-jax", "runners.linnet_jax", "qwen2-tiny", str(tiny_checkpoint), "f32", "cuda", [1], 2, 0, 1,
+                   [1, 2], 1, 64, str(tmp_path))  # fmt: skip
+    assert Runner.unavailable(spec) == "CUDA requested but JAX sees no GPU"

@@ -89,7 +89,7 @@ def attention(q, k, v, positions, cache, row, heads, kv_heads, head_dim):
     # duplicates into the attention's matmul, copying the cache.) Positions past S are dropped.
     heads_of = ((row + jnp.arange(B, dtype=jnp.int32)[:, None]) * kv_heads + jnp.arange(kv_heads))[:, None, :]  # [B, 1, kv]
     at = positions[:, :, None]  # [B, T, 1]
-    write = dict(mode="drop", unique_indices=True)
+    write = {"mode": "drop", "unique_indices": True}
     cache_k = cache_k.reshape(-1, head_dim, S).at[heads_of, :, at].set(k, **write).reshape(cache_k.shape)
     cache_v = cache_v.reshape(-1, S, head_dim).at[heads_of, at].set(v, **write).reshape(cache_v.shape)
     keys = jax.lax.dynamic_slice_in_dim(cache_k, row, B, axis=0)  # [B, kv, D, S]
@@ -174,6 +174,13 @@ def render_group(group: tuple[Op, ...], weight_ref: str, widths: dict[str, int])
     return f"{outs} = jnp.split({call}, {ends}, axis=-1)  # {', '.join(op.shape for op in group)}"
 
 
+def python_list(names: list[str]) -> str:
+    """A list literal of strings: on one line for one name, else one name per line (indented for a dict entry)."""
+    if len(names) == 1:
+        return json.dumps(names)
+    return "[\n" + "".join(f"        {json.dumps(n)},\n" for n in names) + "    ]"
+
+
 def emit_module(decoder: Decoder, options: CompileOptions = CompileOptions(), title: str = "Linnet") -> str:
     """The generated module's source text."""
     config = decoder.config
@@ -205,8 +212,8 @@ def emit_module(decoder: Decoder, options: CompileOptions = CompileOptions(), ti
         block_lines=[render_group(group, 'p["{}"]', {n: w.shape[0] for n, w in layer.items()}) for group in block],
         # the epilogue runs on the last position: T is 1 there
         epilogue_lines=[render_op(op, 'params["{}"]', op.shape.replace("T", "1")) for op in decoder.epilogue],
-        global_params=[(w.name, json.dumps([w.hf_name])) for w in decoder.global_weights],
-        layer_params=[(p, json.dumps([hf_of[w] for w in ws])) for p, ws in layer_params.items()],
+        global_params=[(w.name, python_list([w.hf_name])) for w in decoder.global_weights],
+        layer_params=[(p, python_list([hf_of[w] for w in ws])) for p, ws in layer_params.items()],
         reader=inspect.getsource(read_safetensors),
     )
 

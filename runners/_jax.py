@@ -25,10 +25,19 @@ def unavailable(spec) -> str | None:
     return None
 
 
-def device(spec) -> jax.Device:
-    """The JAX device a row runs on; f32 rows get true f32 matmuls (a GPU would otherwise use TF32)."""
+CPU_DISPATCH_NOTE = "CPU: synchronous dispatch (every call is awaited anyway; no hand-off to a worker thread)"
+
+
+def device(runner) -> jax.Device:
+    """The JAX device a row runs on. f32 rows get true f32 matmuls (a GPU would otherwise use TF32). On a CPU,
+    JAX runs computations on the calling thread: each call is awaited for its host result anyway, and
+    handing every one to a worker thread and back costs more than a small decode step computes."""
+    spec = runner.spec
     if spec.dtype == "f32":
         jax.config.update("jax_default_matmul_precision", "highest")
+    if spec.device == "cpu":
+        jax.config.update("jax_cpu_enable_async_dispatch", False)
+        runner.notes.append(CPU_DISPATCH_NOTE)
     return jax.devices(PLATFORMS[spec.device])[0]
 
 

@@ -32,7 +32,7 @@ class Runner(base.Runner):
         return _jax.unavailable(spec)
 
     def load(self):
-        self.device = _jax.device(self.spec)
+        self.device = _jax.device(self)
         with jax.default_device(self.device):
             # The backbone alone: a preset without tokenizer.json (synthetic weights) has no preprocessor.
             backbone = keras_hub.models.QwenBackbone.from_preset(self.spec.checkpoint, dtype=KERAS_DTYPES[self.spec.dtype])

@@ -16,7 +16,7 @@ class Runner(base.Runner):
         return _jax.unavailable(spec)
 
     def load(self):
-        self.device = _jax.device(self.spec)
+        self.device = _jax.device(self)
         options = CompileOptions(dtype=self.spec.dtype, max_positions=self.spec.max_positions, batch=1)
         decoder = qwen2_decoder(read_config(self.spec.checkpoint))
         self.engine = load_engine(decoder, self.spec.checkpoint, self.spec.work / "generated", options, self.device)

@@ -4,14 +4,17 @@ safetensors only), with the loader that maps the checkpoint's tensors onto it an
 Each op kind has one small render function returning the line of `forward` it becomes; the module's frame
 (helpers, the Decoder over the blocks, the loader, the Engine) is the template templates/torch_module.py.j2.
 Before rendering, consecutive linear ops that read the same value are fused into one matmul (q/k/v, gate/up):
-decode is memory-bound, and one pass over a fused weight beats three over its parts."""
+decode is memory-bound, and one pass over a fused weight beats three over its parts; and q and k, side by side
+in the fused output, are rotated by one rope call."""
 
 from __future__ import annotations
 
 import builtins
 import importlib.util
+import json
 import keyword
 import sys
+import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
@@ -79,11 +82,29 @@ def fuse_linears(ops: tuple[Op, ...], shapes: dict[str, tuple[int, ...]]) -> tup
         split = tuple(shapes[op.weights[0]][0] for op in group)
         outs = tuple(v for op in group for v in op.out)
         shape = ", ".join(op.shape for op in group)
-        out.append(Op("linear", outs, group[0].inputs, tuple(names), shape, {"split": split}))
+        joint = names[0].split(".")[0].removesuffix("_proj")  # the fused output's name: "qkv", "gate_up"
+        out.append(Op("linear", outs, group[0].inputs, tuple(names), shape, {"split": split, "joint": joint}))
     return out, fused
 
 
-# One render function per op kind: op -> the line of forward it becomes (without the shape comment).
+def joint_rope(ops: list[Op]) -> list[Op]:
+    """A rope op whose two inputs sit side by side in one fused linear's output (q and k of qkv) rotates them
+    in one call over that slice: the heads of both rotate alike."""
+    where = {}  # value -> (fused output, offset, width)
+    for op in ops:
+        if op.kind == "linear" and "joint" in op.attrs:
+            offsets = [sum(op.attrs["split"][:n]) for n in range(len(op.out))]
+            where |= {v: (op.attrs["joint"], o, w) for v, o, w in zip(op.out, offsets, op.attrs["split"])}
+    out = []
+    for op in ops:
+        a, b = (where.get(v) for v in op.inputs[:2]) if op.kind == "rope" else (None, None)
+        if a and b and a[0] == b[0] and a[1] + a[2] == b[1]:
+            op = Op(op.kind, op.out, op.inputs, op.weights, op.shape, {**op.attrs, "joint": (a[0], a[1], a[2], b[2])})
+        out.append(op)
+    return out
+
+
+# One render function per op kind: op -> the line (or lines) of forward it becomes, without the shape comment.
 
 
 def render_embed(op: Op) -> str:
@@ -91,21 +112,26 @@ def render_embed(op: Op) -> str:
 
 
 def render_rms_norm(op: Op) -> str:
-    return f"{py(op.out[0])} = rms_norm({py(op.inputs[0])}, self.{attr(op.weights[0])}, eps={op.attrs['eps']!r})"
+    w = f"self.{attr(op.weights[0])}"
+    return f"{py(op.out[0])} = rms_norm({py(op.inputs[0])}, {w}, {op.attrs['eps']!r}, {w}_doubled)"
 
 
-def render_linear(op: Op) -> str:
+def render_linear(op: Op) -> str | list[str]:
     args = ", ".join([py(op.inputs[0]), *(f"self.{attr(w)}" for w in op.weights)])
     if "split" not in op.attrs:
-        return f"{py(op.out[0])} = F.linear({args})"
-    outs = ", ".join(py(v) for v in op.out)
-    return f"{outs} = F.linear({args}).split({op.attrs['split']}, dim=-1)"
+        return f"{py(op.out[0])} = linear({args})"
+    joint, outs = op.attrs["joint"], ", ".join(py(v) for v in op.out)
+    width = sum(op.attrs["split"])
+    return [f"{joint} = linear({args})  # [B, T, {width}]", f"{outs} = {joint}.split_with_sizes({op.attrs['split']}, dim=-1)"]
 
 
 def render_rope(op: Op) -> str:
     # cos, sin are the rows of the model's rope table at this call's positions (see Decoder.forward)
     q, k = (py(v) for v in op.out)
     d = op.attrs["head_dim"]
+    if "joint" in op.attrs:  # q and k side by side in one tensor (joint_rope)
+        joint, offset, wq, wk = op.attrs["joint"]
+        return f"{q}, {k} = rope({joint}[..., {offset or ''}:{offset + wq + wk}], cos, sin, {d}).split_with_sizes(({wq}, {wk}), dim=-1)"
     return f"{q}, {k} = rope({py(op.inputs[0])}, cos, sin, {d}), rope({py(op.inputs[1])}, cos, sin, {d})"
 
 
@@ -127,7 +153,7 @@ def render_add(op: Op) -> str:
 
 
 def render_logits(op: Op) -> str:
-    return f"{py(op.out[0])} = F.linear({py(op.inputs[0])}, self.{attr(op.weights[0])})"
+    return f"{py(op.out[0])} = linear({py(op.inputs[0])}, self.{attr(op.weights[0])})"
 
 
 def render_argmax(op: Op) -> str:
@@ -149,22 +175,33 @@ RENDER = {
 
 
 def section(ops: list[Op], shapes: dict[str, tuple[int, ...]], fused: dict[str, list[str]], tied: str | None) -> Section:
-    """A class's init (one buffer per weight it reads, with its shape) and forward body (one line per op)."""
+    """A class's init (one attribute per weight it reads, with its shape) and forward body (a line per op)."""
     init, seen = [], set()
     for op in ops:
         for w in op.weights:
             if w in seen:
                 continue
             seen.add(w)
-            note = f": {', '.join(fused[w])} fused" if w in fused else ""
-            note += ": the token embedding's tensor (tied head)" if w == tied and op.kind == "logits" else ""
+            note = f": {', '.join(p.split('.')[0] for p in fused[w])} fused" if w in fused else ""
+            note += ": the token embedding's (tied head)" if w == tied and op.kind == "logits" else ""
             shape = list(fused_shape(w, shapes, fused))
-            init.append(f'self.register_buffer("{attr(w)}", weights["{w}"])  # {shape}{note}')
-    body = [f"{RENDER[op.kind](op)}  # {op.shape}" if op.shape else RENDER[op.kind](op) for op in ops]
+            init.append(f'self.{attr(w)} = weights["{w}"]  # {shape}{note}')
+            if op.kind == "rms_norm":  # what rms_norm's single-kernel form needs (see there)
+                init.append(f"self.{attr(w)}_doubled = torch.cat((self.{attr(w)}, self.{attr(w)}))")
+    body = []
+    for op in ops:
+        rendered = RENDER[op.kind](op)
+        *before, line = [rendered] if isinstance(rendered, str) else rendered
+        body += before
+        if len(line) + len(op.shape) > 100:  # a long statement gets its shape comment on the line above
+            body += [f"# {op.shape}", line]
+        else:
+            body.append(f"{line}  # {op.shape}" if op.shape else line)
     return Section(init, body)
 
 
 def fused_shape(name: str, shapes: dict[str, tuple[int, ...]], fused: dict[str, list[str]]) -> tuple[int, ...]:
+    """A weight's shape; a fused weight's parts stack along dim 0."""
     if name not in fused:
         return shapes[name]
     parts = [shapes[p] for p in fused[name]]
@@ -177,14 +214,17 @@ def render_module(decoder: Decoder, checkpoint: Path, options: CompileOptions) -
     block_shapes = {name: w.shape for name, w in decoder.weights_of_layer(0).items()}
     global_shapes = {w.name: w.shape for w in decoder.global_weights}
     block_ops, block_fused = fuse_linears(decoder.block, block_shapes)
+    block_ops = joint_rope(block_ops)
     prologue_ops, prologue_fused = fuse_linears(decoder.prologue, global_shapes)
     epilogue_ops, epilogue_fused = fuse_linears(decoder.epilogue, global_shapes)
     global_fused = prologue_fused | epilogue_fused
     hf = decoder.hf_names()
     layer_prefix, hf_block = "layers.{layer}.", {w.name: w.hf_name for w in decoder.block_weights}
 
-    def sources(name: str, fused: dict[str, list[str]], lookup) -> list[str]:
-        return [lookup(part) for part in fused.get(name, [name])]
+    def sources(name: str, fused: dict[str, list[str]], lookup) -> str:
+        """The checkpoint names a weight is read from, as a Python list literal: one line, or one per name."""
+        names = [f'"{lookup(part)}"' for part in fused.get(name, [name])]
+        return f"[{names[0]}]" if len(names) == 1 else "[\n" + "".join(f"        {n},\n" for n in names) + "    ]"
 
     block_names = [w for op in block_ops for w in op.weights]
     global_names = [w for op in (*prologue_ops, *epilogue_ops) for w in op.weights]
@@ -218,10 +258,11 @@ def render_module(decoder: Decoder, checkpoint: Path, options: CompileOptions) -
     )
     return env.get_template("torch_module.py.j2").render(
         title=f"A Qwen2 decoder of {c.num_parameters / 1e6:.1f}M parameters",
-        summary=(
+        summary=textwrap.fill(
             f"{c.num_hidden_layers} layers of width {c.hidden_size}; {c.num_attention_heads} query heads and "
             f"{c.num_key_value_heads} key/value heads of {c.head_dim}; MLP width {c.intermediate_size}; "
-            f"vocabulary {c.vocab_size}; output head {'tied to the token embedding' if tied else 'untied'}."
+            f"vocabulary {c.vocab_size}; output head {'tied to the token embedding' if tied else 'untied'}.",
+            width=116,
         ),
         constants=[(n, f"{v!r}  # {doc}" if not isinstance(v, str) else f"{v}  # {doc}") for n, v, doc in constants],
         global_weights=[(n, sources(n, global_fused, hf.__getitem__)) for n in dict.fromkeys(global_names)],
@@ -229,7 +270,7 @@ def render_module(decoder: Decoder, checkpoint: Path, options: CompileOptions) -
             (layer_prefix + n, sources(n, block_fused, lambda p: hf_block[layer_prefix + p]))
             for n in dict.fromkeys(block_names)
         ],
-        compiled_config=compiled_config,
+        compiled_config=list(compiled_config.items()),
         prologue=section(prologue_ops, global_shapes, global_fused, tied),
         block=section(block_ops, block_shapes, block_fused, tied),
         epilogue=section(epilogue_ops, global_shapes, global_fused, tied),
@@ -242,7 +283,7 @@ def render_module(decoder: Decoder, checkpoint: Path, options: CompileOptions) -
         head_dim=c.head_dim,
         rows=options.batch,
         max_positions=options.max_positions,
-        default_checkpoint=repr(str(checkpoint)),
+        checkpoint=json.dumps(str(checkpoint)),
     )
 
 

@@ -66,7 +66,8 @@ def test_linears_reading_one_value_are_fused(tiny):
     ops, fused = fuse_linears(decoder.block, shapes)
     linears = [op for op in ops if op.kind == "linear"]
     assert [op.out for op in linears] == [("q", "k", "v"), ("o",), ("g", "u"), ("d",)]
-    assert linears[0].weights == ("qkv_proj.weight", "qkv_proj.bias") and linears[0].attrs["split"] == (64, 32, 32)
+    assert linears[0].weights == ("qkv_proj.weight", "qkv_proj.bias")
+    assert linears[0].attrs == {"split": (64, 32, 32), "joint": "qkv"} and linears[2].attrs["joint"] == "gate_up"
     assert fused == {
         "qkv_proj.weight": ["q_proj.weight", "k_proj.weight", "v_proj.weight"],
         "qkv_proj.bias": ["q_proj.bias", "k_proj.bias", "v_proj.bias"],
@@ -80,9 +81,10 @@ def test_the_source_is_readable_python_with_one_class_per_block(module):
     classes = [n.name for n in ast.parse(source).body if isinstance(n, ast.ClassDef)]
     assert classes == ["Prologue", "Block", "Epilogue", "Decoder", "Engine"]
     assert "import transformers" not in source and "linnet_core" not in source
-    assert "q, k, v = F.linear(h, self.qkv_proj_weight, self.qkv_proj_bias).split((64, 32, 32), dim=-1)" in source
+    assert "qkv = linear(h, self.qkv_proj_weight, self.qkv_proj_bias)  # [B, T, 128]" in source
+    assert "q, k = rope(qkv[..., :96], cos, sin, 16).split_with_sizes((64, 32), dim=-1)" in source  # q, k rotate as one
     assert "# [B, T, 192], [B, T, 192]" in source  # shape comments
-    assert "[1024, 64]: the token embedding's tensor (tied head)" in source
+    assert "[1024, 64]: the token embedding's (tied head)" in source
 
 
 def test_the_loader_fuses_and_reads_the_tied_embedding_once(module, tiny_checkpoint):
@@ -139,6 +141,19 @@ def test_rows_at_different_positions_get_the_tokens_of_single_row_runs(module, t
     assert got[0] == solo[0]
     assert got[1] == solo[1][: len(got[1])] and len(got[1]) == NEW - 3
     assert got[2] == solo[2][: len(got[2])] and len(got[2]) == NEW - 6
+
+
+def test_16_bit_linear_on_a_cpu_multiplies_many_rows_in_f32(module):
+    """A prefill's rows multiply in f32 over the upcast weight and round once; a decode step's few rows keep
+    torch's 16-bit matmul. Both accumulate in f32."""
+    gen = torch.Generator().manual_seed(0)
+    w, b = torch.randn(96, 64, generator=gen).bfloat16(), torch.randn(96, generator=gen).bfloat16()
+    x = torch.randn(1, module.UPCAST_ROWS + 1, 64, generator=gen).bfloat16()
+    exact = torch.nn.functional.linear(x.float(), w.float(), b.float())
+    assert torch.equal(module.linear(x, w, b), exact.bfloat16())
+    few = module.linear(x[:, :2], w, b)
+    assert few.dtype == torch.bfloat16 and torch.equal(few, torch.nn.functional.linear(x[:, :2], w, b))
+    torch.testing.assert_close(few.float(), exact[:, :2], atol=0, rtol=2**-7)  # within one bf16 rounding
 
 
 def test_bad_use_is_refused(module, tiny_checkpoint, tmp_path):

@@ -13,7 +13,7 @@ from runners import base
 from runners._torch import cuda_unavailable, set_threads
 
 
-class LinnetTorchRunner(base.Runner):
+class LinnetTorchRunner(base.EngineRunner):
     mode = "eager"  # the generated Engine's mode: "eager" | "inductor" | "cudagraphs"
 
     @classmethod
@@ -31,16 +31,6 @@ class LinnetTorchRunner(base.Runner):
         self.engine = module.Engine(spec.checkpoint, rows=1, max_positions=spec.max_positions, device=spec.device,
                                     dtype=spec.dtype, mode=self.mode)  # fmt: skip
         self.notes.append(f"KV cache compiled for {spec.max_positions} positions")
-
-    def prefill(self, prompt):
-        return self.engine.prefill(0, prompt)
-
-    def decode(self, n):
-        step = self.engine.step
-        return [int(step()[0]) for _ in range(n)]
-
-    def score(self, ids, n_prefill):
-        return self.engine.score(ids, n_prefill)
 
     def close(self):
         self.engine = None

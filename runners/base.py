@@ -92,6 +92,26 @@ class Runner:
         pass
 
 
+class EngineRunner(Runner):
+    """A single request on a Linnet engine (linnet_core/engine.py): row 0 of a one-row cache, one step per token."""
+
+    engine = None  # set by load(): the Engine this row drives
+
+    def current_engine(self):
+        """The engine the calls go to; a runner that builds it on first use overrides this."""
+        return self.engine
+
+    def prefill(self, prompt):
+        return self.current_engine().prefill(0, prompt)
+
+    def decode(self, n):
+        step = self.current_engine().step
+        return [int(step()[0]) for _ in range(n)]
+
+    def score(self, ids, n_prefill):
+        return self.current_engine().score(ids, n_prefill)
+
+
 class ServingRunner:
     """A serving stack: many requests at once, each streamed back token by token (harness.protocol.measure_serving).
 

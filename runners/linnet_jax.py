@@ -10,7 +10,7 @@ from linnet_core.targets import CompileOptions
 from runners import _jax, base  # _jax configures JAX; none of the modules above imports it
 
 
-class Runner(base.Runner):
+class Runner(base.EngineRunner):
     @classmethod
     def unavailable(cls, spec):
         return _jax.unavailable(spec)
@@ -21,15 +21,6 @@ class Runner(base.Runner):
         decoder = qwen2_decoder(read_config(self.spec.checkpoint))
         self.engine = load_engine(decoder, self.spec.checkpoint, self.spec.work / "generated", options, self.device)
         self.notes.append(f"static cache of {self.spec.max_positions} positions, donated to each jitted step")
-
-    def prefill(self, prompt):
-        return self.engine.prefill(0, prompt)
-
-    def decode(self, n):
-        return [int(self.engine.step()[0]) for _ in range(n)]
-
-    def score(self, ids, n_prefill):
-        return self.engine.score(ids, n_prefill)
 
     def close(self):
         _jax.record_allocator_peak(self, self.device)

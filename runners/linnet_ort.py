@@ -19,7 +19,7 @@ def dtype_of(runner_id: str) -> str:
     return runner_id.rsplit("-", 1)[1]
 
 
-class Runner(base.Runner):
+class Runner(base.EngineRunner):
     provider_on_gpu = "cuda"  # the provider when the run is on a GPU (TensorRT's runner overrides it)
 
     @property
@@ -55,7 +55,7 @@ class Runner(base.Runner):
         if self.dtype != self.spec.dtype:
             self.notes.append(f"distance: against transformers in {self.spec.dtype}")
 
-    def session(self) -> OrtEngine:
+    def current_engine(self) -> OrtEngine:
         """The engine, its session built on first use (first-call time, reported apart from load)."""
         if self.engine is None:
             start = time.perf_counter()
@@ -66,12 +66,3 @@ class Runner(base.Runner):
                 self.notes.append("decode steps replayed as CUDA graphs")
         return self.engine
 
-    def prefill(self, prompt):
-        return self.session().prefill(0, prompt)
-
-    def decode(self, n):
-        engine = self.session()
-        return [int(engine.step()[0]) for _ in range(n)]
-
-    def score(self, ids, n_prefill):
-        return self.session().score(ids, n_prefill)

@@ -14,7 +14,7 @@ from runners import _jax, base
 MODEL_CODE = ("linnet_core.graph", "linnet_core.emit_jax", "linnet_core.export_stablehlo")
 
 
-class Runner(base.Runner):
+class Runner(base.EngineRunner):
     @classmethod
     def unavailable(cls, spec):
         return _jax.unavailable(spec)
@@ -44,15 +44,6 @@ class Runner(base.Runner):
             f"artefacts written by `linnet compile --target stablehlo` in a separate process in {compile_s:.1f} s "
             "(included in load time); this process deserializes and runs them, with no model code"
         )
-
-    def prefill(self, prompt):
-        return self.engine.prefill(0, prompt)
-
-    def decode(self, n):
-        return [int(self.engine.step()[0]) for _ in range(n)]
-
-    def score(self, ids, n_prefill):
-        return self.engine.score(ids, n_prefill)
 
     def close(self):
         _jax.record_allocator_peak(self, self.device)

@@ -26,18 +26,24 @@ from keras import ops  # noqa: E402
 KERAS_DTYPES = {"f32": "float32", "f16": "float16", "bf16": "bfloat16"}
 
 
+def load_causal_lm(runner) -> tuple[jax.Device, keras_hub.models.QwenCausalLM]:
+    """The row's JAX device and a greedy QwenCausalLM on the Hugging Face checkpoint (the KerasHub rows share it)."""
+    device = _jax.device(runner)
+    with jax.default_device(device):
+        # The backbone alone: a preset without tokenizer.json (synthetic weights) has no preprocessor.
+        backbone = keras_hub.models.QwenBackbone.from_preset(runner.spec.checkpoint, dtype=KERAS_DTYPES[runner.spec.dtype])
+        lm = keras_hub.models.QwenCausalLM(backbone=backbone, preprocessor=None)
+    lm.compile(sampler="greedy")
+    return device, lm
+
+
 class Runner(base.Runner):
     @classmethod
     def unavailable(cls, spec):
         return _jax.unavailable(spec)
 
     def load(self):
-        self.device = _jax.device(self)
-        with jax.default_device(self.device):
-            # The backbone alone: a preset without tokenizer.json (synthetic weights) has no preprocessor.
-            backbone = keras_hub.models.QwenBackbone.from_preset(self.spec.checkpoint, dtype=KERAS_DTYPES[self.spec.dtype])
-            self.lm = keras_hub.models.QwenCausalLM(backbone=backbone, preprocessor=None)
-        self.lm.compile(sampler="greedy")
+        self.device, self.lm = load_causal_lm(self)
         # Explicit variable state, as KerasHub's own compiled generate passes it.
         self.state = ([v.value for v in self.lm.trainable_variables], [v.value for v in self.lm.non_trainable_variables])
         self.prefill_fn = jax.jit(self.first_token)

@@ -7,18 +7,13 @@ token of a request reaches the client when its batch returns. Greedy, EOS ignore
 from __future__ import annotations
 
 import asyncio
-import os
 
 import numpy as np
 
-from runners import _jax, base  # _jax configures JAX before Keras imports it
+import jax
 
-os.environ["KERAS_BACKEND"] = "jax"  # Keras picks its backend when it is first imported
-
-import jax  # noqa: E402
-import keras_hub  # noqa: E402
-
-DTYPES = {"f32": "float32", "f16": "float16", "bf16": "bfloat16"}
+from runners import _jax, base
+from runners.kerashub import load_causal_lm  # sets Keras's JAX backend before Keras is imported
 
 
 class Runner(base.ServingRunner):
@@ -27,12 +22,7 @@ class Runner(base.ServingRunner):
         return _jax.unavailable(spec)
 
     def load(self):
-        self.device = _jax.device(self.spec)
-        with jax.default_device(self.device):
-            # The backbone alone: a preset without tokenizer.json (synthetic weights) has no preprocessor.
-            backbone = keras_hub.models.QwenBackbone.from_preset(self.spec.checkpoint, dtype=DTYPES[self.spec.dtype])
-            self.lm = keras_hub.models.QwenCausalLM(backbone=backbone, preprocessor=None)
-        self.lm.compile(sampler="greedy")
+        self.device, self.lm = load_causal_lm(self)
         self.notes.append(f"static batches of {self.rows} rows x {self.max_positions} positions: every batch runs to the "
                           "longest possible prompt plus the new tokens; no streaming (a batch's tokens arrive together)")  # fmt: skip
 

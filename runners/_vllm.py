@@ -3,6 +3,7 @@ the settings (from spec.options), the engine and sampling arguments, and the not
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, fields
 from pathlib import Path
 
@@ -59,3 +60,16 @@ def notes(settings: Settings) -> list[str]:
         "prefix caching off, so every run prefills the whole prompt",
         "vLLM's API returns log-probabilities (after softmax, top-k only), not logits: nothing to compare exactly",
     ]
+
+
+def export_hf_at_load(runner) -> Path:
+    """Linnet's `hf` export of the row's checkpoint into its work directory, timed: its seconds go in the row's
+    metrics and note (they are part of the load time)."""
+    from linnet_core import hf  # imports torch: only in the child that exports
+
+    start = time.perf_counter()
+    export_dir = hf.export(runner.spec.checkpoint, runner.spec.work / "hf")
+    export_s = time.perf_counter() - start
+    runner.metrics["export_s"] = export_s
+    runner.notes.append(f"linnet.hf.export ({export_s:.1f} s, included in load time)")
+    return export_dir

@@ -9,7 +9,6 @@ where vllm is not installed (it is not installable on CPU-only machines)."""
 from __future__ import annotations
 
 import itertools
-import time
 from pathlib import Path
 
 from vllm import AsyncEngineArgs, SamplingParams
@@ -52,13 +51,7 @@ class LinnetExport(Runner):
     """vLLM on the checkpoint Linnet's `hf` export writes at load (its time is in the load time and the note)."""
 
     def load(self):
-        from linnet_core import hf
-
-        start = time.perf_counter()
-        self.export_dir = hf.export(self.spec.checkpoint, self.spec.work / "hf")
-        export_s = time.perf_counter() - start
-        self.metrics["export_s"] = export_s
-        self.notes.append(f"linnet.hf.export ({export_s:.1f} s, included in load time)")
+        self.export_dir = _vllm.export_hf_at_load(self)
         super().load()
 
     def model_dir(self) -> Path:

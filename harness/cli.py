@@ -4,7 +4,6 @@ for regressions). A UserError is printed as one line with exit status 1; anythin
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 from typing import Optional
 
@@ -19,7 +18,7 @@ from harness.memory import nvml_handles
 from harness.registry import MODELS, get_model
 from harness.results import Row, load_result, write_result
 from harness.workload import PROFILES, get_profile
-from linnet_core.errors import UserError
+from linnet_core.errors import UserError, run_cli
 from runners import RUNNERS, get_runner
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Linnet Bench: time every stack the same way.")
@@ -191,12 +190,7 @@ def summary_table(rows: list[Row]) -> Table:
 
 
 def main() -> None:
-    """Click handles its own usage errors; a UserError becomes one line and exit status 1."""
-    try:
-        app()
-    except UserError as e:
-        console.print(f"[red]error:[/] {e}", highlight=False, soft_wrap=True)
-        sys.exit(1)
+    run_cli(app, console)
 
 
 if __name__ == "__main__":

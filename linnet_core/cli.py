@@ -4,7 +4,6 @@ a real traceback."""
 
 from __future__ import annotations
 
-import sys
 import time
 from pathlib import Path
 from typing import Optional
@@ -12,7 +11,7 @@ from typing import Optional
 import typer
 from rich.console import Console
 
-from linnet_core.errors import UserError
+from linnet_core.errors import UserError, run_cli
 from linnet_core.targets import TARGETS, CompileOptions, compile_function
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Linnet: one decoder description, many engines.")
@@ -144,12 +143,7 @@ def check_dtype_device(dtype: str, device: Optional[str]) -> None:
 
 
 def main() -> None:
-    """Click handles its own usage errors; a UserError becomes one line and exit status 1."""
-    try:
-        app()
-    except UserError as e:
-        console.print(f"[red]error:[/] {e}", highlight=False, soft_wrap=True)
-        sys.exit(1)
+    run_cli(app, console)
 
 
 if __name__ == "__main__":

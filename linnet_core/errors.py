@@ -3,3 +3,14 @@
 
 class UserError(Exception):
     """Bad input or an unusable environment, said in one line a user can act on."""
+
+
+def run_cli(app, console) -> None:
+    """Runs a typer app as a console script: click reports its own usage errors; a UserError is one line, exit 1."""
+    import sys
+
+    try:
+        app()
+    except UserError as e:
+        console.print(f"[red]error:[/] {e}", highlight=False, soft_wrap=True)
+        sys.exit(1)

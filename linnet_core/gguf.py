@@ -13,7 +13,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import gguf
-import numpy as np
 
 from linnet_core import checkpoint
 from linnet_core.config import ModelConfig

@@ -49,3 +49,13 @@ class SamplingEngine(Engine, Protocol):
         """step(), except that row r consumes tokens[r] (int [rows], e.g. a sampled token) instead of its last
         token; returns float32 logits [rows, vocab] on the host. Positions advance by one."""
         ...
+
+
+class GeneratingEngine(Engine, Protocol):
+    """The optional extension for engines that can run many decode steps in one call on the device (an XLA while
+    loop), with no host round trip per token. The single-request rows use it for their decode; linnet.serve,
+    which admits requests between steps, does not."""
+
+    def generate(self, n: int) -> np.ndarray:
+        """n decode steps over all rows in one call: int [n, rows], the ids n calls of step() return, in order."""
+        ...

@@ -1,4 +1,5 @@
-"""The `stablehlo` target of `linnet compile`: the generated JAX module's jitted `prefill` and `decode_step`,
+"""The `stablehlo` target of `linnet compile`: the generated JAX module's jitted `prefill`, `decode_step` and
+`decode_steps` (n steps as one while loop),
 exported with jax.export (StableHLO, for CPU and CUDA) and serialized to files, with a manifest that says how
 to call them. linnet_core.stablehlo_engine runs them with a checkpoint's weights, without any model code.
 
@@ -21,11 +22,11 @@ from linnet_core.targets import CompileOptions
 
 PLATFORMS = ("cpu", "cuda")
 CACHE_ARG = 1  # both functions: (weights, cache, ...); the cache is the argument donated
-FILES = {"prefill": "prefill.jaxexport", "decode_step": "decode_step.jaxexport"}
+FILES = {name: f"{name}.jaxexport" for name in ("prefill", "decode_step", "decode_steps")}
 
 
 def export_functions(decoder: Decoder, options: CompileOptions):
-    """(the jax.export.Exported of prefill and decode_step, the generated module they come from)."""
+    """(the jax.export.Exported of each function in FILES, the generated module they come from)."""
     import jax
     import jax.numpy as jnp
 
@@ -47,6 +48,7 @@ def export_functions(decoder: Decoder, options: CompileOptions):
     exported = {
         "prefill": export(module.prefill, weights, cache, rows, rows, prompt, scalar, scalar, scalar),
         "decode_step": export(module.decode_step, weights, cache, rows, rows),
+        "decode_steps": export(module.decode_steps, weights, cache, rows, rows, scalar),
     }
     return exported, module
 
@@ -58,7 +60,7 @@ def concatenated(shape_of: dict, hf_names: list[str]) -> tuple[int, ...]:
 
 
 def compile_stablehlo(decoder: Decoder, checkpoint: Path, out: Path, options: CompileOptions) -> list[Path]:
-    """Writes prefill.jaxexport, decode_step.jaxexport and manifest.json into `out`; returns their paths."""
+    """Writes the functions' .jaxexport files and manifest.json into `out`; returns their paths."""
     import jax
 
     exported, module = export_functions(decoder, options)
@@ -94,6 +96,12 @@ def compile_stablehlo(decoder: Decoder, checkpoint: Path, out: Path, options: Co
                 "file": FILES["decode_step"],
                 "args": ["weights", "cache", "tokens", "positions"],
                 "returns": ["next_ids", "logits", "positions", "cache"],
+                "donate_argnums": [CACHE_ARG],
+            },
+            "decode_steps": {
+                "file": FILES["decode_steps"],
+                "args": ["weights", "cache", "tokens", "positions", "n"],
+                "returns": ["ids", "tokens", "positions", "cache"],
                 "donate_argnums": [CACHE_ARG],
             },
         },

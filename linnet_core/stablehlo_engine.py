@@ -1,4 +1,4 @@
-"""Running `linnet compile --target stablehlo` artefacts: deserialize the exported prefill and decode step, read
+"""Running `linnet compile --target stablehlo` artefacts: deserialize the exported prefill and decode steps, read
 the weights the manifest names from a checkpoint, and drive them as linnet_core.engine.Engine says.
 
 No model code is imported here: the model is the serialized StableHLO. What this module knows is the calling
@@ -18,7 +18,8 @@ from linnet_core.errors import UserError
 from linnet_core.safetensors_np import read_safetensors
 
 MANIFEST = "manifest.json"
-FORMAT, FORMAT_VERSION = "linnet-stablehlo", 1
+FUNCTIONS = ("prefill", "decode_step", "decode_steps")  # the manifest's "functions", as the Engine calls them
+FORMAT, FORMAT_VERSION = "linnet-stablehlo", 2  # 2: decode_steps
 
 
 def read_manifest(artefacts: Path) -> dict:
@@ -41,10 +42,11 @@ def load_function(artefacts: Path, entry: dict):
 class Engine:
     """rows x max_positions static KV cache; prefill one row, decode steps over all rows, score through row 0."""
 
-    def __init__(self, manifest: dict, prefill, decode_step, weights: list, device=None):
+    def __init__(self, manifest: dict, functions: dict, weights: list, device=None):
         self.rows, self.max_positions = manifest["rows"], manifest["max_positions"]
         self.min_prefill = manifest["min_prefill"]
-        self.prefill_fn, self.decode_fn, self.weights = prefill, decode_step, weights
+        self.prefill_fn, self.decode_fn, self.decode_steps_fn = (functions[f] for f in FUNCTIONS)
+        self.weights = weights
         cache, dtype = manifest["cache"], jnp.dtype(manifest["dtype"])
         self.cache = [
             (jnp.zeros(cache["keys"], dtype, device=device), jnp.zeros(cache["values"], dtype, device=device))
@@ -58,6 +60,15 @@ class Engine:
 
     def step(self):
         return np.asarray(self.step_on_device()[0])
+
+    def generate(self, n):
+        """n decode steps in one call (the exported while loop): int [n, rows], as n calls of step()."""
+        if not 0 <= n <= self.max_positions:
+            raise ValueError(f"{n} decode steps do not fit rows of {self.max_positions} positions")
+        ids, self.tokens, self.positions, self.cache = self.decode_steps_fn(
+            self.weights, self.cache, self.tokens, self.positions, np.int32(n)
+        )
+        return np.asarray(ids)[:n]
 
     def score(self, tokens, n_prefill):
         rows = [self.prefill_on_device(0, tokens[:n_prefill])[1]]
@@ -88,10 +99,9 @@ class Engine:
 def load_engine(artefacts: Path, checkpoint: Path, device=None) -> Engine:
     """An Engine over the artefacts in `artefacts` and the weights of a Hugging Face checkpoint directory."""
     manifest = read_manifest(artefacts)
-    functions = manifest["functions"]
-    prefill, decode_step = (load_function(artefacts, functions[f]) for f in ("prefill", "decode_step"))
+    functions = {f: load_function(artefacts, manifest["functions"][f]) for f in FUNCTIONS}
     dtype = jnp.dtype(manifest["dtype"])
     sources = [w["hf_names"] for w in manifest["weights"]]
     tensors = read_safetensors(checkpoint, [hf for hfs in sources for hf in hfs])
     weights = [jax.device_put(np.concatenate([tensors[hf] for hf in hfs]).astype(dtype), device) for hfs in sources]
-    return Engine(manifest, prefill, decode_step, weights, device)
+    return Engine(manifest, functions, weights, device)

@@ -25,6 +25,7 @@ def unavailable(spec) -> str | None:
     return None
 
 
+LOOP_NOTE = "decode: the remaining tokens in one jitted call, an XLA while loop over the decode step (as KerasHub's sampler)"
 CPU_DISPATCH_NOTE = "CPU: synchronous dispatch (every call is awaited anyway; no hand-off to a worker thread)"
 
 

@@ -105,8 +105,10 @@ class EngineRunner(Runner):
         return self.current_engine().prefill(0, prompt)
 
     def decode(self, n):
-        step = self.current_engine().step
-        return [int(step()[0]) for _ in range(n)]
+        engine = self.current_engine()
+        if hasattr(engine, "generate"):  # linnet_core.engine.GeneratingEngine: every step in one device call
+            return [int(t) for t in engine.generate(n)[:, 0]]
+        return [int(engine.step()[0]) for _ in range(n)]
 
     def score(self, ids, n_prefill):
         return self.current_engine().score(ids, n_prefill)

@@ -1,5 +1,6 @@
 """Linnet, XLA (generated JAX): the module linnet_core.emit_jax writes from the model description, imported from
-the row's work directory and driven through its Engine (one row; a decode step is one jitted call)."""
+the row's work directory and driven through its Engine (one row; the decode is one jitted call, a while loop over
+the decode step)."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ class Runner(base.EngineRunner):
 
     def load(self):
         self.device = _jax.device(self)
+        self.notes.append(_jax.LOOP_NOTE)
         options = CompileOptions(dtype=self.spec.dtype, max_positions=self.spec.max_positions, batch=1)
         decoder = qwen2_decoder(read_config(self.spec.checkpoint))
         self.engine = load_engine(decoder, self.spec.checkpoint, self.spec.work / "generated", options, self.device)

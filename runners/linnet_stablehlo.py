@@ -35,6 +35,7 @@ class Runner(base.EngineRunner):
 
     def load(self):
         self.device = _jax.device(self)
+        self.notes.append(_jax.LOOP_NOTE)
         artefacts, compile_s = self.compile()
         self.engine = load_engine(artefacts, self.spec.checkpoint, self.device)
         leaked = [m for m in MODEL_CODE if m in sys.modules]

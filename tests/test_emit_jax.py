@@ -95,9 +95,25 @@ def test_rows_at_different_positions_decode_as_single_rows(module, tiny_checkpoi
     assert len({tuple(t) for t in single.values()}) == 3  # different prompts, different continuations
 
 
+def test_generate_runs_the_steps_of_every_row_in_one_call(module, tiny_checkpoint):
+    weights = module.load_weights(tiny_checkpoint)
+    stepped, looped = (module.Engine(weights, rows=2, max_positions=64) for _ in range(2))
+    for engine in (stepped, looped):
+        engine.prefill(0, [5, 6, 7])
+        engine.prefill(1, list(range(200, 230)))  # rows at different positions
+    expected = np.stack([stepped.step() for _ in range(9)])
+    ids = looped.generate(9)
+    assert ids.shape == (9, 2) and ids.dtype == np.int32
+    assert (ids == expected).all() and len(set(ids[:, 0])) > 1
+    assert (looped.generate(0) == expected[:0]).all()
+    assert (looped.step() == stepped.step()).all()  # last tokens and positions moved on as nine steps move them
+    with pytest.raises(ValueError, match="65 decode steps do not fit rows of 64 positions"):
+        looped.generate(65)
+
+
 def test_the_cache_is_updated_in_place(module, tiny_checkpoint):
     engine = module.load_engine(tiny_checkpoint, rows=2, max_positions=64)
-    for run in (lambda: engine.prefill(1, [1, 2, 3]), engine.step):
+    for run in (lambda: engine.prefill(1, [1, 2, 3]), engine.step, lambda: engine.generate(3)):
         before = engine.cache[0][0]  # layer 0's keys
         pointer = before.unsafe_buffer_pointer()
         run()

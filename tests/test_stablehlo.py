@@ -36,7 +36,7 @@ def artefacts(tmp_path_factory, private_cache):
 
 def test_the_manifest_describes_the_calling_convention(artefacts, tiny):
     manifest = read_manifest(artefacts)
-    assert sorted(p.name for p in artefacts.iterdir()) == ["decode_step.jaxexport", "manifest.json", "prefill.jaxexport"]
+    assert sorted(p.name for p in artefacts.iterdir()) == ["decode_step.jaxexport", "decode_steps.jaxexport", "manifest.json", "prefill.jaxexport"]
     assert manifest["rows"] == ROWS and manifest["max_positions"] == POSITIONS and manifest["platforms"] == ["cpu", "cuda"]
     hf_names = [hf for w in manifest["weights"] for hf in w["hf_names"]]
     assert sorted(hf_names) == sorted(w.hf_name for w in qwen2_decoder(tiny.config).all_weights())  # each once
@@ -67,6 +67,9 @@ FRESH_PROCESS = """
         ids = engine.step()
         for row in tokens:
             tokens[row].append(int(ids[row]))
+    for ids in engine.generate(4):  # the exported while loop continues where the steps left off
+        for row in tokens:
+            tokens[row].append(int(ids[row]))
     in_place = before.is_deleted() and engine.cache[0][0].unsafe_buffer_pointer() == pointer
     model_code = [m for m in sys.modules if m in ("linnet_core.graph", "linnet_core.emit_jax", "linnet_core.export_stablehlo")]
     print(json.dumps({"tokens": tokens, "in_place": in_place, "model_code": model_code}))
@@ -84,7 +87,7 @@ def test_a_fresh_process_runs_the_artefacts_without_model_code(artefacts, tiny, 
     weights = module.load_weights(tiny_checkpoint)
     for row, prompt in PROMPTS.items():
         engine = module.Engine(weights, rows=1, max_positions=POSITIONS)
-        expected = [engine.prefill(0, prompt), *(int(engine.step()[0]) for _ in range(5))]
+        expected = [engine.prefill(0, prompt), *(int(engine.step()[0]) for _ in range(9))]
         assert result["tokens"][str(row)] == expected
 
 
@@ -92,7 +95,7 @@ def test_an_unreadable_manifest_is_one_user_error(tmp_path):
     with pytest.raises(UserError, match="run `linnet compile --target stablehlo`"):
         read_manifest(tmp_path)
     (tmp_path / "manifest.json").write_text(json.dumps({"format": "linnet-stablehlo", "version": 99}))
-    with pytest.raises(UserError, match="this Linnet reads linnet-stablehlo v1"):
+    with pytest.raises(UserError, match="this Linnet reads linnet-stablehlo v2"):
         read_manifest(tmp_path)
 
 

@@ -34,8 +34,8 @@ browser:
 # harness/check.py GATE_THRESHOLDS); a try that fails is repeated, up to GATE_TRIES, and the better of the tries so far
 # counts. Rows the baseline lacks are reported as new, not judged: after adding a runner here, run `make baseline`
 # (on a quiet machine: it keeps the better of GATE_TRIES suites) and commit GATE_BASELINE.
-GATE_RUNNERS := transformers transformers-compiled
-GATE_TRIES ?= 3
+GATE_RUNNERS := transformers transformers-compiled linnet-torch linnet-inductor linnet-jax linnet-ort-f32
+GATE_TRIES ?= 5
 GATE_BASELINE := .ci/baseline/qwen2-tiny.json
 
 gate: setup

@@ -35,14 +35,15 @@ class Thresholds:
     memory: float = 0.20  # relative change of peak memory that counts
 
 
-# The CI gate's thresholds, wide because the gate runs short suites on a shared 2-core machine. Measured there (load
-# 6-10 from other work): single `gate` suites put transformers' decode anywhere in 13-180 tok/s and the compiled row's
-# ratio to it in 0.45-1.9, which no threshold absorbs; so the gate also leans on the spread rule (a disturbed run has
-# a wide spread), the better of repeats, and retries (.ci/gate). Between the better suites, ratios moved up to ~25%
-# (decode 1.57 vs 1.94, TTFT the most), hence 30%: a row that got a third slower than the reference still fails.
+# The CI gate's thresholds, wide because the gate runs short suites on a shared 2-core machine whose speed moves
+# within seconds. Measured there, quiet (load ~1.1), 10 `gate` suites of the gate's six rows: between single suites a
+# row's decode ratio to transformers swung 2-3x (a slow spell hits one row's process, not the next), TTFT and load
+# ratios up to 2.8x. The gate leans on the better of repeats (.ci/gate: baseline and candidate both the best of up to 5
+# suites), the spread rule, and this threshold. Replaying the gate over those suites (60 draws): at 30%, 3-4 of 60
+# gates failed with nothing changed; at 45%, 1; a row that got about 2x slower than the reference still fails.
 # Memory ratios held to 0.1%, except that the compiled row's peak includes inductor's compile workers when its cache
 # is cold (0.58 vs 0.92 GiB): a warm retry and the better of tries absorb that, and 30% keeps room for other builds.
-GATE_THRESHOLDS = Thresholds(speed=0.30, memory=0.30)
+GATE_THRESHOLDS = Thresholds(speed=0.45, memory=0.30)
 
 # The largest distance from the reference that is not a wrong answer, by dtype. f32: the project's correctness bar.
 # f16 and bf16 logits differ from the reference by rounding: a few units in the last place at a logit of 16 (the

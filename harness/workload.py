@@ -79,7 +79,7 @@ PROFILES: dict[str, Profile] = {
         Profile("default", 512, 128, 3, 10, 900, "the published page's protocol: 512 prompt tokens, 128 new"),
         Profile("cpu", 128, 32, 1, 3, 1800, "the 0.5B shape on a CPU: 128 prompt tokens, 32 new"),
         Profile("quick", 32, 8, 1, 2, 600, "a smoke run for tests: 32 prompt tokens, 8 new"),
-        Profile("gate", 32, 16, 2, 5, 600, "the CI regression gate: 32 prompt tokens, 16 new, 5 runs to narrow the spread"),
+        Profile("gate", 128, 64, 2, 9, 600, "the CI regression gate: 128 prompt tokens, 64 new, 9 runs to narrow the spread"),
     )
 }
 

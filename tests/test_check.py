@@ -437,7 +437,8 @@ def test_the_gate_script_retries_a_slow_try_and_keeps_the_better(tmp_path):
     slow = planted(lambda rows: scale(rows["transformers-compiled"], "decode_tok_s", 0.4))
     out, runs = gate_script(tmp_path, "check", [slow, run(*baseline_rows())])
     assert out.returncode == 0, out.stdout + out.stderr
-    assert "try 1 of 2 found a regression; trying again" in out.stdout and "passed on try 2 of 2" in out.stdout
+    assert "try 1 of 2: FAIL: 1 regression(s): transformers-compiled decode; trying again" in out.stdout
+    assert "passed on try 2 of 2" in out.stdout
 
 
 def test_the_gate_script_fails_a_real_slowdown_and_a_wrong_answer_in_every_try(tmp_path):

@@ -327,11 +327,24 @@ def test_raw_files_are_copied_and_linked_and_several_runs_draw_a_history(tmp_pat
     targets = {(site / "models" / href).resolve() for href in links}
     assert targets == {(site / "data" / "qwen2-tiny" / f"{r.run_id}.json").resolve() for r in (old, new)}
     assert all(load_result(t).run_id in ("20261201T100000Z", "20261202T100000Z") for t in targets)
-    assert "on this machine" in tree.root.text()
+    assert "runs of this setup" in tree.root.text()
     history = figures(tree)["Decode speed over time"]["data"]
     compiled = next(s for s in history if s["name"] == "transformers, compiled")
     assert compiled["y"] == [160.0, 200.0]  # decode / 0.5 on the two dates, oldest first
     assert next(tree.root.find_all("p", "machine-line")).text().endswith("measured 2026-12-02T10:00:00+00:00")
+
+
+def test_runs_of_another_dtype_on_the_same_machine_get_their_own_section_and_history(tmp_path):
+    f32_old, f32_new = tiny_run("20261201T100000Z", decode=80.0), tiny_run("20261202T100000Z", decode=100.0)
+    bf16 = tiny_run("20261203T100000Z", decode=50.0)
+    bf16.protocol = {**bf16.protocol, "dtype": "bf16"}
+    tree = model_tree(render(tmp_path, f32_old, bf16, f32_new), "qwen2-tiny")
+    sections = {next(s.find_all("h2")).text(): s for s in tree.root.find_all("section", "run")}
+    assert list(sections) == ["On AMD EPYC, 2 cores · bf16 · quick profile", "On AMD EPYC, 2 cores · f32 · quick profile"]
+    f32 = sections["On AMD EPYC, 2 cores · f32 · quick profile"]
+    assert next(f32.find_all("p", "machine-line")).text().endswith("measured 2026-12-02T10:00:00+00:00")  # its own latest
+    history = figures(tree)["Decode speed over time"]["data"]  # only the f32 setup has two runs
+    assert next(s for s in history if s["name"] == "transformers, compiled")["y"] == [160.0, 200.0]
 
 
 def test_the_index_lists_every_model_with_its_latest_run(tmp_path):

@@ -101,7 +101,7 @@ def history_charts(runs: tuple[LoadedRun, ...], index: int) -> tuple[ChartView, 
     for metric in (DECODE, SERVING, TTFT):
         if series := history_series(runs, metric):
             description = (
-                f"{metric.unit}, {metric.direction}; one line per row, over the {len(runs)} runs on this machine."
+                f"{metric.unit}, {metric.direction}; one line per row, over the {len(runs)} runs of this setup (machine, dtype, profile)."
             )
             figure = history_figure(series, metric.unit)
             charts.append(ChartView(f"history-{index}-{metric.key}", f"{metric.title} over time", description, figure))

@@ -1,4 +1,6 @@
-"""The site's one context: every result file under the results directory, loaded once, grouped by model and machine."""
+"""The site's one context: every result file under the results directory, loaded once, grouped by model and by setup
+(machine, dtype and profile: runs that differ in those are not the same measurement, so neither is newer than the
+other and a history never mixes them)."""
 
 from __future__ import annotations
 
@@ -23,6 +25,12 @@ class LoadedRun:
         """What the numbers were measured on: the GPU's name for a GPU run, the CPU's otherwise."""
         return machine_name(self.result)
 
+    @property
+    def setup(self) -> str:
+        """The machine, dtype and profile: "AMD EPYC, 2 cores · bf16 · cpu profile"."""
+        p = self.result.protocol
+        return f"{self.machine} · {p.get('dtype', '?')} · {p.get('profile', '?')} profile"
+
 
 @dataclass(frozen=True)
 class ModelRuns:
@@ -30,13 +38,13 @@ class ModelRuns:
     entry: ModelEntry | None  # the registry's facts; None for a model this bench no longer knows
     runs: tuple[LoadedRun, ...]  # oldest first
 
-    def by_machine(self) -> dict[str, tuple[LoadedRun, ...]]:
-        """Machine name -> its runs, oldest first; machines ordered by their newest run, newest first."""
+    def by_setup(self) -> dict[str, tuple[LoadedRun, ...]]:
+        """Setup -> its runs, oldest first; setups ordered by their newest run, newest first."""
         groups: dict[str, list[LoadedRun]] = {}
         for run in self.runs:
-            groups.setdefault(run.machine, []).append(run)
+            groups.setdefault(run.setup, []).append(run)
         ordered = sorted(groups.items(), key=lambda kv: kv[1][-1].result.created_at, reverse=True)
-        return {machine: tuple(runs) for machine, runs in ordered}
+        return {setup: tuple(runs) for setup, runs in ordered}
 
 
 @dataclass(frozen=True)

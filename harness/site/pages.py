@@ -1,5 +1,5 @@
 """The page objects: plain view models built from the loaded context, holding only text, links and figures, so the
-templates hold no computation. A model page shows, for each machine, its latest run: the machine and protocol,
+templates hold no computation. A model page shows, for each setup (machine, dtype, profile), its latest run: the machine and protocol,
 the headline cards, one chart per metric (charts.py), every number and what was not measured (table.py), and the
 history of the runs; the index shows every model's latest runs with their headline figures."""
 
@@ -58,7 +58,7 @@ class CardView:
 @dataclass(frozen=True)
 class RunView:
     anchor: str  # element id of the run's section
-    machine: str  # the machine's name
+    setup: str  # machine · dtype · profile: what the section's runs share
     machine_line: str  # machine · workload · protocol · date
     setup_line: str  # profile, dtype, device, weights
     versions_line: str  # package versions, Python, driver
@@ -72,8 +72,8 @@ class RunView:
     charts_left_out: str | None  # one line naming the metrics no row measured
     table: Table
     unmeasured: tuple[Unmeasured, ...]
-    history: tuple[ChartView, ...]  # headline metrics over the runs on this machine (two runs or more)
-    earlier: tuple[Link, ...]  # every run on this machine, newest first, for download (when there are several)
+    history: tuple[ChartView, ...]  # headline metrics over the runs of this setup (two runs or more)
+    earlier: tuple[Link, ...]  # every run of this setup, newest first, for download (when there are several)
 
 
 @dataclass(frozen=True)
@@ -85,10 +85,10 @@ class ModelPage:
     facts: tuple[str, ...]  # parameters, family, license, task, tags
     links: tuple[Link, ...]
     registry: tuple[tuple[str, str], ...]  # the registry entry's architecture, as (name, value)
-    runs: tuple[RunView, ...]  # the latest run of each machine, newest first
+    runs: tuple[RunView, ...]  # the latest run of each setup, newest first
 
     @property
-    def several_machines(self) -> bool:
+    def several_setups(self) -> bool:
         return len(self.runs) > 1
 
 
@@ -130,7 +130,7 @@ def run_anchor(result: ResultFile) -> str:
 
 def model_page(model: ModelRuns) -> ModelPage:
     entry = model.entry
-    runs = tuple(run_view(runs[-1], runs, index) for index, runs in enumerate(model.by_machine().values()))
+    runs = tuple(run_view(runs[-1], runs, index) for index, runs in enumerate(model.by_setup().values()))
     if entry is None:
         return ModelPage(model.model, model_file(model.model), model.model,
                          "A model this bench's registry does not know; only its result files are shown.",
@@ -153,8 +153,8 @@ def registry_facts(entry: ModelEntry) -> tuple[tuple[str, str], ...]:
     return tuple(pairs)
 
 
-def run_view(run: LoadedRun, machine_runs: tuple[LoadedRun, ...], index: int) -> RunView:
-    """The page's section for one machine: its latest run, with the history of all its runs."""
+def run_view(run: LoadedRun, setup_runs: tuple[LoadedRun, ...], index: int) -> RunView:
+    """The page's section for one setup: its latest run, with the history of all its runs."""
     result = run.result
     rows = result.rows
     comparisons = [(card, headline(card, rows)) for card in CARDS]
@@ -162,10 +162,10 @@ def run_view(run: LoadedRun, machine_runs: tuple[LoadedRun, ...], index: int) ->
     charts = [chart for metric in CHARTED if (chart := metric_chart(metric, result, f"chart-{index}-{metric.key}"))]
     unmeasured_metrics = [m for m in CHARTED if all(m.value(r) is None for r in rows)]
     not_charted = ", ".join(metric_title(m, rows).lower() for m in unmeasured_metrics)
-    every_run = [Link(f"{r.result.created_at} ({r.path.name})", f"../{data_file(r)}") for r in reversed(machine_runs)]
+    every_run = [Link(f"{r.result.created_at} ({r.path.name})", f"../{data_file(r)}") for r in reversed(setup_runs)]
     return RunView(
         anchor=run_anchor(result),
-        machine=run.machine,
+        setup=run.setup,
         machine_line=machine_line(result),
         setup_line=setup_line(result),
         versions_line=versions_line(result),
@@ -181,7 +181,7 @@ def run_view(run: LoadedRun, machine_runs: tuple[LoadedRun, ...], index: int) ->
         charts_left_out=f"No row measured {not_charted}." if not_charted else None,
         table=numbers_table(result),
         unmeasured=tuple(unmeasured(r) for r in rows if r.status != "ok"),
-        history=history_charts(machine_runs, index),
+        history=history_charts(setup_runs, index),
         earlier=tuple(every_run) if len(every_run) > 1 else (),
     )
 
@@ -253,13 +253,13 @@ def distance_note(result: ResultFile) -> str:
 
 def index_entry(model: ModelRuns, page: ModelPage) -> IndexEntry:
     runs = []
-    for machine, machine_runs in model.by_machine().items():
-        result = machine_runs[-1].result
+    for setup_runs in model.by_setup().values():
+        result = setup_runs[-1].result
         figures = []
         for what, metric in HEADLINE_FIGURES:
             if (row := best_row(result.rows, metric)) is not None:
                 figures.append((what, numbers.with_unit(metric.value(row), metric.unit), row.label))
         verdicts = tuple(f"{card.title}: {c.verdict}" for card in CARDS if (c := headline(card, result.rows)))
-        runs.append(IndexRun(machine, numbers.when(result.created_at), setup_line(result), tuple(figures), verdicts,
+        runs.append(IndexRun(setup_runs[-1].machine, numbers.when(result.created_at), setup_line(result), tuple(figures), verdicts,
                              f"{page.file}#{run_anchor(result)}"))  # fmt: skip
     return IndexEntry(page.title, model.model, page.file, page.description, page.facts, tuple(runs))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import _thread
+import signal
 import threading
 
 import pytest
@@ -88,7 +89,16 @@ class InterruptDuring(Display):
             threading.Timer(1.0, _thread.interrupt_main).start()
 
 
-def test_ctrl_c_keeps_the_finished_rows(tiny, tmp_path):
+@pytest.fixture
+def ctrl_c_raises():
+    """Ctrl-C as a terminal delivers it. A job started in the background (`cmd &` in a script, as some CI runners
+    do) inherits SIGINT ignored, and then Python installs no handler and interrupt_main() does nothing."""
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, before)
+
+
+def test_ctrl_c_keeps_the_finished_rows(tiny, tmp_path, ctrl_c_raises):
     runners = [fake("counting", "Counting"), fake("hang", "Hang"), fake("never", "Counting")]
     with pytest.raises(KeyboardInterrupt):
         run_bench(settings(tiny, tmp_path, runners, timeout_s=60), InterruptDuring("hang"))

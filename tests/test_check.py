@@ -118,6 +118,20 @@ def test_tolerances_follow_the_row_and_the_run_dtype():
     assert tolerance("linnet-ort-f16", "f32") == TOLERANCES["f16"]  # an f16 row in an f32 run: its own rounding
     assert tolerance("linnet-ort-f32", "bf16") == TOLERANCES["bf16"]  # compared with a bf16 reference
     assert tolerance("transformers", "bf16") == TOLERANCES["bf16"]
+    assert tolerance("linnet-torch", "f32", "qwen2-tiny") == 1e-4  # 2 layers: the project's bar
+    assert tolerance("linnet-torch", "f32", "qwen2.5-0.5b-instruct") == pytest.approx(1.2e-3)  # 24 layers
+    assert tolerance("linnet-ort-f16", "f32", "qwen2.5-0.5b-instruct") == TOLERANCES["f16"]
+
+
+def test_a_deep_models_f32_rows_pass_at_their_measured_distances_and_a_wrong_answer_fails(tmp_path):
+    measured = ROOT / "results" / "qwen2.5-0.5b-instruct" / "20261202T210342Z.json"
+    run = load_result(measured)
+    assert run.protocol["dtype"] == "f32" and max(r.distance for r in run.rows) > 1e-4
+    assert check(measured, measured).passed
+    wrong = run.model_copy(deep=True)
+    next(r for r in wrong.rows if r.runner == "linnet-torch").distance = 0.01
+    write_result(wrong, tmp_path / "wrong.json")
+    assert regressions(check(tmp_path / "wrong.json", measured)) == {("linnet-torch", "distance")}
     assert TOLERANCES["f32"] < TOLERANCES["f16"] < TOLERANCES["bf16"] < 1.0
 
 

@@ -34,6 +34,7 @@ from runners import REFERENCE
 class Thresholds:
     speed: float = 0.05  # relative change of a speed or time metric (decode, serving, TTFT, load) that counts
     memory: float = 0.20  # relative change of peak memory that counts
+    min_seconds: float = 0.0  # a time (TTFT, load) under this in both runs is too short to judge: noted, not judged
 
 
 # The CI gate's thresholds, wide because the gate runs short suites on a shared 2-core machine whose speed moves
@@ -44,7 +45,9 @@ class Thresholds:
 # gates failed with nothing changed; at 45%, 1; a row that got about 2x slower than the reference still fails.
 # Memory ratios held to 0.1%, except that the compiled row's peak includes inductor's compile workers when its cache
 # is cold (0.58 vs 0.92 GiB): a warm retry and the better of tries absorb that, and 30% keeps room for other builds.
-GATE_THRESHOLDS = Thresholds(speed=0.45, memory=0.30)
+# Times of a few milliseconds (a Linnet row's TTFT on the test model, its load of 20-200 ms) doubled between suites
+# there with nothing changed, whatever the threshold; so the gate judges only times of 50 ms or more.
+GATE_THRESHOLDS = Thresholds(speed=0.45, memory=0.30, min_seconds=0.05)
 
 # The largest distance from the reference that is not a wrong answer, by dtype. f32: the project's correctness bar.
 # f16 and bf16 logits differ from the reference by rounding: a few units in the last place at a logit of 16 (the
@@ -77,6 +80,7 @@ METRICS = (
     Metric("peak_mem_gib", "mem", "GiB", False, True, ("peak_mem_gib",)),
 )
 METRIC = {m.name: m for m in METRICS}
+SECONDS = {"ms": 1e-3, "s": 1.0}  # the time metrics' units, in seconds
 
 # Workload fields that change what a number means: runs that differ in these are not compared.
 SAME_WORKLOAD = ("prompt_tokens", "new_tokens", "batch")
@@ -334,10 +338,14 @@ def compare_metrics(report: RowReport, cand: Row, base: Row, refs: tuple[Row | N
                                            f"{metric.label} not compared: {base.metrics.get('mem_kind')} memory then, "
                                            f"{cand.metrics.get('mem_kind')} memory now"))  # fmt: skip
             continue
+        if refs is not None and report.runner == REFERENCE:
+            continue  # its ratio to itself is 1 in both runs
         c, b = Span.of(cand.metrics, metric.name), Span.of(base.metrics, metric.name)
+        if metric.unit in SECONDS and max(c.mid, b.mid) * SECONDS[metric.unit] < thresholds.min_seconds:
+            report.findings.append(Finding(report.runner, "note", metric.name,
+                                           f"{metric.label} not judged: under {thresholds.min_seconds * 1e3:g} ms in both runs"))  # fmt: skip
+            continue
         if refs is not None:
-            if report.runner == REFERENCE:
-                continue  # its ratio to itself is 1 in both runs
             ratios = ratio_spans(metric, c, b, *refs)
             if isinstance(ratios, str):
                 report.findings.append(Finding(report.runner, "note", metric.name, f"{metric.label} not compared: {ratios}"))

@@ -91,6 +91,7 @@ def check(
     thresholds = checks.Thresholds(
         speed=defaults.speed if threshold_speed is None else threshold_speed,
         memory=defaults.memory if threshold_memory is None else threshold_memory,
+        min_seconds=defaults.min_seconds,
     )
     if thresholds.speed < 0 or thresholds.memory < 0:
         raise UserError("thresholds are relative changes and cannot be negative, e.g. --threshold-speed 0.05")

@@ -399,6 +399,23 @@ def test_the_gate_catches_a_planted_wrong_answer(tmp_path):
     assert regressions(gate(tmp_path, planted_on_the_baseline(wrong))) == {("transformers-compiled", "distance")}
 
 
+def test_the_gate_does_not_judge_times_too_short_to_measure_but_judges_the_rest(tmp_path):
+    def slower(rows):
+        for runner, row in rows.items():
+            if runner != REFERENCE:
+                scale(row, "ttft_ms", 3.0)
+                scale(row, "decode_tok_s", 0.5)
+
+    report = gate(tmp_path, planted_on_the_baseline(slower))
+    short = {r.runner for r in load_result(GATE_BASELINE).rows if r.runner != REFERENCE and r.metrics["ttft_ms"] * 3 < 50}
+    assert short, "the gate's baseline has no row with a TTFT under 50 ms: this test proves nothing"
+    found = regressions(report)
+    assert not {(r, "ttft_ms") for r in short} & found
+    assert {(r, "decode_tok_s") for r in short} <= found  # decode is judged whatever its size
+    notes = [f.message for c in report.comparisons for row in c.rows for f in row.findings if f.kind == "note"]
+    assert "TTFT not judged: under 50 ms in both runs" in notes
+
+
 def test_the_gate_thresholds_are_wider_than_the_defaults():
     assert GATE_THRESHOLDS.speed > Thresholds().speed and GATE_THRESHOLDS.memory >= Thresholds().memory
 

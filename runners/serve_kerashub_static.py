@@ -10,10 +10,10 @@ import asyncio
 
 import numpy as np
 
-import jax
-
-from runners import _jax, base
+from runners import _jax, base  # _jax configures JAX before its first import
 from runners.kerashub import load_causal_lm  # sets Keras's JAX backend before Keras is imported
+
+import jax  # noqa: E402
 
 
 class Runner(base.ServingRunner):

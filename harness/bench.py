@@ -6,16 +6,16 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import shutil
-import statistics
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from harness import environment, launch, stats
+from harness import environment, launch
 from harness.registry import ModelEntry, checkpoint_for
 from harness.results import SCHEMA_VERSION, ResultFile, Row, write_result
+from harness.trials import combine_trials
 from harness.workload import Profile, probe_ids, prompt_ids
 from runners import REFERENCE, RunnerInfo
 from runners.base import RunSpec
@@ -179,34 +179,7 @@ class RowTrials:
         self.summarise()
 
     def summarise(self) -> None:
-        self.row.metrics, self.row.samples = combine_trials(self.metrics, self.samples)
-        self.row.unstable = [m for m in UNSTABLE_METRICS if m in self.row.samples and stats.unstable(self.row.samples[m])]
-
-
-# Figures a trial gives once (not per run): each trial's value is a sample, so they get intervals too.
-PER_TRIAL = ("load_s", "first_call_s", "peak_mem_gib")
-# The headline figures whose disagreement between trials flags a row as unstable.
-UNSTABLE_METRICS = ("decode_tok_s", "ttft_ms", "serving_tok_s", "serving_ttft_ms")
-
-
-def combine_trials(metrics: list[dict], samples: list[dict]) -> tuple[dict, dict]:
-    """One row's metrics and samples from its trials: sampled metrics are summarised over all samples (stats.summary);
-    other figures are the median over trials (the worst for *_min and *_max: their min and max), words the first."""
-    out: dict = {}
-    for key in dict.fromkeys(k for m in metrics for k in m):
-        values = [m[key] for m in metrics if key in m]
-        numeric = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values)
-        if not numeric or all(v == values[0] for v in values):
-            out[key] = values[0]
-        else:
-            out[key] = min(values) if key.endswith("_min") else max(values) if key.endswith("_max") else statistics.median(values)
-    trials = {name: [s[name] for s in samples if s.get(name)] for name in dict.fromkeys(n for s in samples for n in s)}
-    trials.update({name: [[m[name]] for m in metrics] for name in PER_TRIAL if all(name in m for m in metrics)})
-    trials = {name: t for name, t in trials.items() if t}
-    for name, t in trials.items():
-        out.update(stats.summary(name, t))
-    out["trials"] = len(metrics)
-    return out, trials
+        self.row.metrics, self.row.samples, self.row.unstable = combine_trials(self.metrics, self.samples)
 
 
 def serving_fields(info: RunnerInfo, profile: Profile, entry: ModelEntry, seed: int) -> dict:

@@ -86,7 +86,8 @@ def check(
     threshold_speed: Optional[float] = typer.Option(None, help="relative change of a speed or time that counts (default 0.05)"),
     threshold_memory: Optional[float] = typer.Option(None, help="relative change of peak memory that counts (default 0.20)"),
     ratios: bool = typer.Option(False, "--ratios", help="compare ratios to the in-run reference even on one machine"),
-    gate: bool = typer.Option(False, "--gate", help="the CI gate: --ratios and its wider thresholds (harness/check.py)"),
+    paired: bool = typer.Option(False, "--paired", help="trial i of each side ran side by side: resample them together"),
+    gate: bool = typer.Option(False, "--gate", help="the CI gate's paired check (.ci/gate): --paired and its thresholds (harness/check.py)"),
     json_path: Optional[Path] = typer.Option(None, "--json", help="also write the report as JSON here"),
 ) -> None:
     """Compare CANDIDATE with a baseline row by row; exit 1 on a regression beyond the thresholds and the noise."""
@@ -98,7 +99,7 @@ def check(
     )
     if thresholds.speed < 0 or thresholds.memory < 0:
         raise UserError("thresholds are relative changes and cannot be negative, e.g. --threshold-speed 0.05")
-    report = checks.check(candidate, baseline, thresholds, ratios=ratios or gate)
+    report = checks.check(candidate, baseline, thresholds, ratios=ratios, paired=paired or gate)
     for comparison in report.comparisons:
         console.print(checks.header(comparison), highlight=False, soft_wrap=True)
         if comparison.rows:
@@ -113,14 +114,17 @@ def check(
         raise typer.Exit(1)
 
 
-@app.command("best-of")
-def best_of(
-    runs: list[Path] = typer.Argument(..., help="result files of repeats of one suite"),
-    out: Path = typer.Option(..., help="where to write the combined result file"),
+@app.command("merge")
+def merge(
+    runs: list[Path] = typer.Argument(..., help="result files of one suite, e.g. one trial each"),
+    out: Path = typer.Option(..., help="where to write the merged result file"),
 ) -> None:
-    """Combine repeats of one suite: per row and metric the best repeat, for correctness the worst."""
-    write_result(checks.best_of([load_result(p) for p in runs]), out)
-    console.print(f"the better of {len(runs)} run(s): {out}")
+    """Merge runs of one suite into one run whose rows hold every trial (the gate merges its trials so)."""
+    from harness.trials import merge_runs
+
+    merged = merge_runs([load_result(p) for p in runs])
+    write_result(merged, out)
+    console.print(f"{len(runs)} run(s), {merged.protocol['trials']} trial(s): {out}")
 
 
 @app.command("site")

@@ -149,8 +149,7 @@ def run_trials(settings: BenchSettings, result: ResultFile, path: Path, base_spe
             else:
                 done.add(outcome, k, planned[info.id])
             write_result(result, path)
-            if k == planned[info.id] or done.row.status != "ok":
-                display.finish(done.row)
+            display.finish(done.row)  # after every trial: the row as summarised so far
 
 
 class RowTrials:

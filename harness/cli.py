@@ -149,7 +149,8 @@ class RichDisplay(Display):
 
     def begin(self, result, path):
         console.print(
-            f"[bold]{result.model}[/] · {len(self.runners)} runner(s) · profile {result.protocol['profile']} · "
+            f"[bold]{result.model}[/] · {len(self.runners)} runner(s) · {result.protocol['trials']} trial(s) each, round robin · "
+            f"profile {result.protocol['profile']} · "
             f"{result.protocol['dtype']} on {result.protocol['device']} · weights: {result.weights} · writing {path}"
         )
 
@@ -172,7 +173,8 @@ class RichDisplay(Display):
             detail = f"{m['decode_tok_s']:.1f} tok/s"
         else:
             detail = row.reason or ""
-        self.bar.console.print(f"{mark} {row.runner}: {detail.splitlines()[0][:160] if detail else ''}")
+        trials = f" (trial {m['trials']})" if row.status == "ok" and m.get("trials", 1) > 1 else ""
+        self.bar.console.print(f"{mark} {row.runner}{trials}: {detail.splitlines()[0][:160] if detail else ''}")
 
 
 def short(value: float | None) -> str:

@@ -376,6 +376,8 @@ def judge_interval(report: RowReport, metric: Metric, cand: stats.Trials, base: 
     """A change counts when the 95% interval of candidate / baseline lies wholly beyond the threshold (stats.judge). In
     ratio mode each side is first divided by its run's reference figure (scale), taken as exact."""
     paired = paired and len(cand) == len(base)
+    if not (statistics.median(stats.pooled(cand)) > 0 and statistics.median(stats.pooled(base)) > 0):
+        return  # no ratio of a figure that is not positive (NaN and negatives: the validation of the files)
     middle, low, high = stats.ratio_interval(cand, base, paired=paired)
     middle, low, high = (x * scale[1] / scale[0] for x in (middle, low, high))
     report.changes[metric.name] = middle - 1

@@ -191,7 +191,7 @@ def with_interval(metrics: dict, name: str, unstable: list[str]) -> str:
         return "–"
     text = short(value)
     ci = metrics.get(f"{name}_ci")
-    if isinstance(ci, list) and len(ci) == 2 and value:
+    if isinstance(ci, list) and len(ci) == 2 and all(isinstance(v, (int, float)) for v in ci) and value:
         text += f" ±{(ci[1] - ci[0]) / 2 / abs(value):.0%}"
     return text + ("!" if name in unstable else "")
 

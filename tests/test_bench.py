@@ -50,7 +50,7 @@ def test_both_transformers_rows_are_measured_with_distances(transformers_run):
 
 def test_the_result_file_records_the_run(transformers_run):
     r = transformers_run
-    assert r.protocol == {"profile": "quick", "dtype": "f32", "device": "cpu", "timeout_s": 600}
+    assert r.protocol == {"profile": "quick", "dtype": "f32", "device": "cpu", "timeout_s": 600, "trials": 1}
     assert r.workload["prompt_tokens"] == 32 and r.workload["new_tokens"] == 8 and r.workload["runs"] == 2
     assert "torch" in r.machine["versions"] and "transformers" in r.machine["versions"] and r.machine["cpu"]
 

@@ -89,7 +89,7 @@ def hover_lines(row: Row, metric: Metric, result: ResultFile) -> tuple[str, ...]
         lines[-1] += f", median of {numbers.count(runs, 'run')}" if runs else ""
         lines[-1] += f" in each of {trials} trials" if runs and trials > 1 else ""
     ci = m.get(f"{metric.key}_ci")
-    if trials > 1 and isinstance(ci, list) and len(ci) == 2:
+    if trials > 1 and isinstance(ci, list) and len(ci) == 2 and all(isinstance(v, (int, float)) for v in ci):
         lines.append(f"95% CI {numbers.spread(ci[0], ci[1], metric.unit)}")
     low_high = numbers.spread(m.get(f"{metric.key}_min"), m.get(f"{metric.key}_max"), metric.unit)
     if low_high:

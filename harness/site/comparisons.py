@@ -4,6 +4,7 @@ stack names here are the card table's, which says which rows each card puts side
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
 
@@ -128,7 +129,7 @@ def advantage_interval(ours: Row, theirs: Row, metric: Metric) -> tuple[float, f
     if len(a) < 2 or len(b) < 2:
         return None
     _, low, high = stats.ratio_interval(a, b) if metric.higher_is_better else stats.ratio_interval(b, a)
-    return low, high
+    return (low, high) if math.isfinite(low) and math.isfinite(high) and low > 0 else None
 
 
 def compare(ours: Row, theirs: Row, metric: Metric, as_change: bool) -> Comparison:

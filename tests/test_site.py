@@ -437,7 +437,8 @@ def test_the_pages_draw_every_chart_offline_in_chromium(tmp_path):
     from playwright.sync_api import sync_playwright
 
     site = render(tmp_path, PUBLISHED, hostile(), tiny_run("20261201T100000Z", decode=80.0))
-    pages = [site / "index.html", *sorted((site / "models").glob("*.html"))]
+    with_trials = render(tmp_path / "trials", trials_run(1800.0, between=0.3))  # schema 2: intervals, an unstable row
+    pages = [site / "index.html", *sorted((site / "models").glob("*.html")), with_trials / "models" / "qwen2-tiny.html"]
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         try:
@@ -456,7 +457,9 @@ def test_the_pages_draw_every_chart_offline_in_chromium(tmp_path):
                     # plotly keeps the rows' order, "vLLM" of the serving section among its own rows
                     shown = page.evaluate(TICKS_TOP_DOWN, "chart-0-load_s")
                     assert shown == [r.label for r in published().rows], shown
-                if path.stem == "qwen2-tiny":
+                if path.is_relative_to(with_trials):
+                    assert page.locator("span.flag").count() == 1 and page.locator(".card .interval").count() == 1
+                elif path.stem == "qwen2-tiny":
                     assert page.locator("div.chart[id^='history-']").count() == 2  # decode speed, time to first token
                     box = page.locator("#chart-0-ttft_ms g.trace.bars .point path").first.bounding_box()
                     page.mouse.move(
@@ -468,7 +471,8 @@ def test_the_pages_draw_every_chart_offline_in_chromium(tmp_path):
                 for wrap in page.locator("div.table-wrap").all():
                     widths = wrap.evaluate("w => [w.scrollWidth, w.clientWidth]")
                     assert widths[0] <= widths[1] + 1, f"{path.name}: a table {widths[0]} px wide in {widths[1]} px"
-                page.screenshot(path=str(tmp_path / f"{path.stem}.png"), full_page=True)
+                shot = f"trials-{path.stem}" if path.is_relative_to(with_trials) else path.stem
+                page.screenshot(path=str(tmp_path / f"{shot}.png"), full_page=True)
                 assert errors == [], f"{path.name}: {errors}"
                 assert all(url.startswith("file://") for url in requests), requests
                 assert page.evaluate("window.pwned") is None

@@ -148,6 +148,7 @@ def run_trials(settings: BenchSettings, result: ResultFile, path: Path, base_spe
                 result.rows.append(done.row)
             else:
                 done.add(outcome, k, planned[info.id])
+            shutil.rmtree(spec.work, ignore_errors=True)  # its exports and logits are read: free the disk (0.5B: GiBs)
             write_result(result, path)
             display.finish(done.row)  # after every trial: the row as summarised so far
 

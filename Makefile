@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 BENCH := $(PY) -m harness.cli
 
-.PHONY: setup demo test site browser gate baseline gpu clean
+.PHONY: setup demo test site browser gate gate-power gpu clean
 
 setup: $(VENV)/.installed
 
@@ -29,21 +29,20 @@ test: setup browser
 browser:
 	@command -v chromium >/dev/null || { apt-get update -qq && apt-get install -y -qq chromium >/dev/null; }
 
-# The CI regression gate (.ci/gate): GATE_RUNNERS on qwen2-tiny (synthetic weights, f32, CPU, the `gate` profile),
-# checked against the committed CPU baseline by each row's ratio to transformers (`check --gate`, thresholds in
-# harness/check.py GATE_THRESHOLDS); a try that fails is repeated, up to GATE_TRIES, and the better of the tries so far
-# counts. Rows the baseline lacks are reported as new, not judged: after adding a runner here, run `make baseline`
-# (on a quiet machine: it keeps the better of BASELINE_SUITES suites) and commit GATE_BASELINE.
+# The CI regression gate (.ci/gate): the baseline commit (GATE_BASE, default HEAD's first parent) in a git worktree
+# and this checkout, run in turn GATE_TRIALS times each on GATE_RUNNERS (qwen2-tiny, synthetic weights, f32, CPU, the
+# `gate` profile); fails when a row's paired 95% interval of candidate/baseline lies wholly beyond a 5% slowdown
+# (harness/check.py GATE_THRESHOLDS), or at once on a wrong answer. About 10 minutes on a 2-core machine.
+# `make gate-power` measures how often it catches a planted 15% slowdown and passes unchanged code.
 GATE_RUNNERS := transformers transformers-compiled linnet-torch linnet-inductor linnet-jax linnet-ort-f32
-GATE_TRIES ?= 8
-BASELINE_SUITES ?= 5
-GATE_BASELINE := .ci/baseline/qwen2-tiny.json
+GATE_TRIALS ?= 5
+GATE_BASE ?= HEAD^1
 
 gate: setup
-	BENCH="$(BENCH)" .ci/gate check $(GATE_BASELINE) $(GATE_TRIES) $(GATE_RUNNERS)
+	GATE_BASE="$(GATE_BASE)" PY="$(abspath $(PY))" .ci/gate $(GATE_TRIALS) $(GATE_RUNNERS)
 
-baseline: setup
-	BENCH="$(BENCH)" .ci/gate baseline $(GATE_BASELINE) $(BASELINE_SUITES) $(GATE_RUNNERS)
+gate-power: setup
+	PY="$(abspath $(PY))" scripts/gate-power.sh $(GATE_TRIALS) $(GATE_RUNNERS)
 
 # On a lent GPU machine: the one-shot suite (see scripts/gpu-suite.sh).
 gpu:

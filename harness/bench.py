@@ -15,6 +15,7 @@ import numpy as np
 from harness import environment, launch
 from harness.registry import ModelEntry, checkpoint_for
 from harness.results import SCHEMA_VERSION, ResultFile, Row, write_result
+from harness.trials import combine_trials
 from harness.workload import Profile, probe_ids, prompt_ids
 from runners import REFERENCE, RunnerInfo
 from runners.base import RunSpec
@@ -33,6 +34,7 @@ class BenchSettings:
     out_dir: Path  # result files go to out_dir/<model>/<run-id>.json
     seed: int = 0  # prompt, probe and synthetic weights
     timeout_s: float | None = None  # per runner; the profile's when None
+    trials: int | None = None  # K: fresh processes per row, round robin; the profile's defaults when None
 
 
 class Display:
@@ -73,7 +75,11 @@ def run_bench(settings: BenchSettings, display: Display = Display()) -> Path:
             **({"serving": dataclasses.asdict(profile.serving)} if any(r.kind == "serving" for r in settings.runners) else {}),
         },
         protocol={"profile": profile.name, "dtype": settings.dtype, "device": settings.device,
-                  "timeout_s": settings.timeout_s or profile.timeout_s},  # fmt: skip
+                  "timeout_s": settings.timeout_s or profile.timeout_s,
+                  # K: each row's trials (fresh processes), round robin; serving rows may run fewer
+                  "trials": trials_for("single", settings),
+                  **({"serving_trials": trials_for("serving", settings)}
+                     if any(r.kind == "serving" for r in settings.runners) else {})},  # fmt: skip
         weights=weights,
         complete=False,
     )
@@ -94,22 +100,7 @@ def run_bench(settings: BenchSettings, display: Display = Display()) -> Path:
         max_positions=profile.max_positions,
     )
     try:
-        reference = Reference()
-        order = sorted(settings.runners, key=lambda r: r.id != REFERENCE)  # the reference first
-        if all(r.id != REFERENCE for r in order):
-            reference.load(*score_reference(settings, base_spec, scratch, display))
-        for info in order:
-            display.start(info)
-            spec = RunSpec(runner=info.id, module=info.module, work_dir=str(scratch / info.id), **base_spec,
-                           **serving_fields(info, profile, entry, settings.seed))  # fmt: skip
-            timeout = settings.timeout_s or (profile.serving.timeout_s if info.kind == "serving" else profile.timeout_s)
-            outcome = launch.run_child(spec, timeout, lambda t: display.progress(info, t))
-            if info.id == REFERENCE:
-                reference.load(outcome, spec.work)
-            row = make_row(info, outcome, spec.work, reference)
-            result.rows.append(row)
-            write_result(result, path)
-            display.finish(row)
+        run_trials(settings, result, path, base_spec, scratch, display)
         result.complete = True
     except KeyboardInterrupt:
         result.interrupted = True  # type: ignore[attr-defined]  # an extra field: the page says the run was cut short
@@ -118,6 +109,77 @@ def run_bench(settings: BenchSettings, display: Display = Display()) -> Path:
         write_result(result, path)
         shutil.rmtree(scratch, ignore_errors=True)
     return path
+
+
+def trials_for(kind: str, settings: BenchSettings) -> int:
+    """How many trials (fresh processes) a row of this kind gets: --trials, else its profile's default."""
+    if settings.trials is not None:
+        return settings.trials
+    return settings.profile.serving_trials if kind == "serving" else settings.profile.trials
+
+
+def run_trials(settings: BenchSettings, result: ResultFile, path: Path, base_spec: dict, scratch: Path,
+               display: Display) -> None:  # fmt: skip
+    """Round robin over the rows, trial by trial (A B C A B C ...), so that a slow spell of the machine hits every row
+    alike. A row's first trial decides a skip; a failed trial ends the row (failed, saying which trial); the result
+    file is rewritten after every trial."""
+    profile, entry = settings.profile, settings.model
+    reference = Reference()
+    order = sorted(settings.runners, key=lambda r: r.id != REFERENCE)  # the reference first
+    if all(r.id != REFERENCE for r in order):
+        reference.load(*score_reference(settings, base_spec, scratch, display))
+    planned = {info.id: trials_for(info.kind, settings) for info in order}
+    rows: dict[str, RowTrials] = {}
+    for k in range(1, max(planned.values(), default=0) + 1):
+        for info in order:
+            done = rows.get(info.id)
+            if k > planned[info.id] or (done is not None and done.row.status != "ok"):
+                continue
+            display.start(info)
+            spec = RunSpec(runner=info.id, module=info.module, work_dir=str(scratch / info.id / f"trial-{k}"), **base_spec,
+                           **serving_fields(info, profile, entry, settings.seed))  # fmt: skip
+            timeout = settings.timeout_s or (profile.serving.timeout_s if info.kind == "serving" else profile.timeout_s)
+            label = f"trial {k}/{planned[info.id]} · " if planned[info.id] > 1 else ""
+            outcome = launch.run_child(spec, timeout, lambda t, info=info: display.progress(info, label + t))
+            if done is None:
+                if info.id == REFERENCE:
+                    reference.load(outcome, spec.work)
+                done = rows[info.id] = RowTrials(make_row(info, outcome, spec.work, reference))
+                result.rows.append(done.row)
+            else:
+                done.add(outcome, k, planned[info.id])
+            shutil.rmtree(spec.work, ignore_errors=True)  # its exports and logits are read: free the disk (0.5B: GiBs)
+            write_result(result, path)
+            display.finish(done.row)  # after every trial: the row as summarised so far
+
+
+class RowTrials:
+    """A row and the per-trial figures it is summarised from (harness/stats.py): after each trial its metrics are the
+    median, min, max and 95% interval over every sample so far."""
+
+    def __init__(self, row: Row):
+        self.row = row
+        self.metrics: list[dict] = []  # per trial: the child's metrics
+        self.samples: list[dict] = []  # per trial: {metric: [run values]}
+        if row.status == "ok":
+            self.metrics.append(row.metrics)
+            self.samples.append(row.samples)
+            self.summarise()
+
+    def add(self, outcome: launch.ChildOutcome, k: int, trials: int) -> None:
+        record = outcome.record
+        if record is None or record["status"] != "ok":
+            why = (record or {}).get("reason") or outcome.failure
+            status = "skipped" if record is not None and record["status"] == "skipped" else "failed"
+            self.row.status = "failed"
+            self.row.reason = f"trial {k} of {trials} {'was skipped' if status == 'skipped' else 'failed'}: {why}"
+            return
+        self.metrics.append(trial_metrics(record, outcome))
+        self.samples.append(dict(record.get("samples") or {}))
+        self.summarise()
+
+    def summarise(self) -> None:
+        self.row.metrics, self.row.samples, self.row.unstable = combine_trials(self.metrics, self.samples)
 
 
 def serving_fields(info: RunnerInfo, profile: Profile, entry: ModelEntry, seed: int) -> dict:
@@ -168,15 +230,21 @@ def make_row(info: RunnerInfo, outcome: launch.ChildOutcome, work: Path, referen
         return row
     row.status = "ok"
     row.notes = list(record.get("notes", []))
+    row.metrics = trial_metrics(record, outcome)
+    row.samples = dict(record.get("samples") or {})
+    compare_with_reference(row, record, work, reference)  # on the first trial's probe logits
+    return row
+
+
+def trial_metrics(record: dict, outcome: launch.ChildOutcome) -> dict:
+    """One trial's metrics: the child's own, with the memory the parent saw and the child's whole life."""
     metrics = dict(record["metrics"])
     if outcome.gpu_present:
         metrics.update(peak_mem_gib=outcome.peak_gpu_bytes / GIB, mem_kind="gpu")
     else:
         metrics.update(peak_mem_gib=outcome.peak_rss_bytes / GIB, mem_kind="host")
     metrics["child_s"] = outcome.seconds
-    row.metrics = metrics
-    compare_with_reference(row, record, work, reference)
-    return row
+    return metrics
 
 
 def compare_with_reference(row: Row, record: dict, work: Path, reference: Reference) -> None:

@@ -1,9 +1,13 @@
 """The regression check: a candidate run against a baseline run, row by row (matched by runner id), beyond the noise.
 
 A row regressed when, against the baseline:
-- a speed (decode_tok_s, serving_tok_s) dropped, or a time (ttft_ms, serving_ttft_ms, load_s) or peak memory rose,
-  by more than the threshold (relative to the baseline's median) AND outside both runs' spreads (the min..max of
-  their timed runs): a change that the two spreads overlap on is noise;
+- with raw samples of at least 2 trials on both sides (schema 2): the 95% interval of candidate / baseline (ratio of
+  medians, bootstrap over trials then runs: harness/stats.py) excludes every slowdown smaller than the threshold,
+  i.e. the whole interval lies beyond it (stats.judge); `--paired` (the gate: trials made side by side) resamples
+  the trials of both sides together;
+- otherwise (version 1 files, single trials): a speed (decode_tok_s, serving_tok_s) dropped, or a time (ttft_ms,
+  serving_ttft_ms, load_s) or peak memory rose, by more than the threshold (relative to the baseline's median) AND
+  outside both runs' spreads (the min..max of their timed runs): a change that the two spreads overlap on is noise;
 - its distance from the reference is above its tolerance (TOLERANCES, by the row's dtype);
 - it went from ok to failed or skipped, it vanished while ok, or a metric it had is gone.
 Improvements are the same test the other way and are reported (an out-of-date baseline is worth knowing); rows only
@@ -12,11 +16,12 @@ the candidate has are reported as new and not judged.
 When the runs come from different machines (or when asked), each figure and its spread are first divided by the
 median of the same figure of the in-run reference row (runners.REFERENCE), so that what is compared is a row's
 standing relative to the reference; the reference itself is then judged only on its status and distance.
-`linnet-bench check` prints this module's report; the CI gate (`make gate`) runs it with GATE_THRESHOLDS."""
+`linnet-bench check` prints this module's report; the CI gate (`make gate`) runs it with GATE_THRESHOLDS, paired."""
 
 from __future__ import annotations
 
 import dataclasses
+import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -24,6 +29,7 @@ from rich import box
 from rich.table import Table
 from rich.text import Text
 
+from harness import stats
 from harness.registry import MODELS
 from harness.results import ResultFile, Row, load_result
 from linnet_core.errors import UserError
@@ -37,17 +43,14 @@ class Thresholds:
     min_seconds: float = 0.0  # a time (TTFT, load) under this in both runs is too short to judge: noted, not judged
 
 
-# The CI gate's thresholds, wide because the gate runs short suites on a shared 2-core machine whose speed moves
-# within seconds. Measured there, quiet (load ~1.1), 10 `gate` suites of the gate's six rows: between single suites a
-# row's decode ratio to transformers swung 2-3x (a slow spell hits one row's process, not the next), TTFT and load
-# ratios up to 2.8x. The gate leans on the better of repeats (.ci/gate: the baseline the best of 5 suites, the
-# candidate the best of its tries so far, up to 8), the spread rule, and this threshold. Replaying the gate over those suites (60 draws): at 30%, 3-4 of 60
-# gates failed with nothing changed; at 45%, 1; a row that got about 2x slower than the reference still fails.
-# Memory ratios held to 0.1%, except that the compiled row's peak includes inductor's compile workers when its cache
-# is cold (0.58 vs 0.92 GiB): a warm retry and the better of tries absorb that, and 30% keeps room for other builds.
-# Times of a few milliseconds (a Linnet row's TTFT on the test model, its load of 20-200 ms) doubled between suites
-# there with nothing changed, whatever the threshold; so the gate judges only times of 50 ms or more.
-GATE_THRESHOLDS = Thresholds(speed=0.45, memory=0.30, min_seconds=0.05)
+# The CI gate's thresholds (.ci/gate: the baseline commit and the candidate, interleaved trial by trial, judged by
+# paired intervals). A row regresses when the whole 95% interval of its candidate/baseline ratio is a slowdown beyond
+# 5%: unchanged code's interval reaches that far below 1 only by a miss of its interval by more than 5%, while a 15%
+# slowdown's interval lies beyond 5% once its half-width is under 10% (scripts/gate-power.sh measures both; see
+# results/gate-power/). Memory: 10%, since peak RSS also moves with inductor's compile workers. Times of a few
+# milliseconds (a Linnet row's TTFT on the test model, its load) doubled between processes on this 2-core machine
+# with nothing changed, so the gate judges only times of 50 ms or more.
+GATE_THRESHOLDS = Thresholds(speed=0.05, memory=0.10, min_seconds=0.05)
 
 # The largest distance from the reference that is not a wrong answer, by dtype. f32: the project's correctness bar.
 # f16 and bf16 logits differ from the reference by rounding: a few units in the last place at a logit of 16 (the
@@ -127,6 +130,7 @@ class RowReport:
     distance: float | None = None  # the candidate's
     tolerance: float | None = None
     changes: dict[str, float] = field(default_factory=dict)  # metric -> candidate / baseline - 1, when compared
+    intervals: dict[str, tuple[float, float]] = field(default_factory=dict)  # metric -> 95% interval of cand / base
     findings: list[Finding] = field(default_factory=list)
 
     @property
@@ -239,7 +243,8 @@ def tolerance(runner: str, dtype: str, model: str | None = None) -> float:
     return max(bounds.get(own, f32), bounds.get(dtype, f32))
 
 
-def check(candidate: Path, baseline: Path, thresholds: Thresholds = Thresholds(), ratios: bool = False) -> Report:
+def check(candidate: Path, baseline: Path, thresholds: Thresholds = Thresholds(), ratios: bool = False,
+          paired: bool = False) -> Report:  # fmt: skip
     """Compares two result files, or the latest run of each model in two directories (matched by model)."""
     cands, bases = load_runs(candidate), load_runs(baseline)
     comparisons = []
@@ -251,7 +256,7 @@ def check(candidate: Path, baseline: Path, thresholds: Thresholds = Thresholds()
             comparisons.append(Comparison(model, run_info(path, run), None, False, None,
                                           notes=[f"{model} is not in the baseline: not compared"]))  # fmt: skip
         else:
-            comparisons.append(compare_runs(*cands[model], *bases[model], thresholds, ratios))
+            comparisons.append(compare_runs(*cands[model], *bases[model], thresholds, ratios, paired))
     return Report(thresholds, comparisons)
 
 
@@ -265,7 +270,7 @@ def vanished_model(model: str, path: Path, run: ResultFile) -> Comparison:
 
 
 def compare_runs(cand_path: Path, cand: ResultFile, base_path: Path, base: ResultFile, thresholds: Thresholds,
-                 force_ratios: bool = False) -> Comparison:  # fmt: skip
+                 force_ratios: bool = False, paired: bool = False) -> Comparison:  # fmt: skip
     check_comparable(cand, base, f"{cand_path} vs {base_path}")
     differ = machine_difference(cand, base)
     why = "; ".join(w for w in ("--ratios" if force_ratios else "", f"machines differ: {differ}" if differ else "") if w) or None
@@ -277,7 +282,7 @@ def compare_runs(cand_path: Path, cand: ResultFile, base_path: Path, base: Resul
     for runner in [*base_rows, *(r for r in cand_rows if r not in base_rows)]:
         row = compare_row(runner, cand_rows.get(runner), base_rows.get(runner), tolerance(runner, run_dtype(cand), cand.model))
         if row.baseline_status == row.candidate_status == "ok":
-            compare_metrics(row, cand_rows[runner], base_rows[runner], refs, thresholds)
+            compare_metrics(row, cand_rows[runner], base_rows[runner], refs, thresholds, paired)
         comparison.rows.append(row)
     return comparison
 
@@ -324,7 +329,7 @@ def first_line(text: str | None) -> str:
 
 
 def compare_metrics(report: RowReport, cand: Row, base: Row, refs: tuple[Row | None, Row | None] | None,
-                    thresholds: Thresholds) -> None:  # fmt: skip
+                    thresholds: Thresholds, paired: bool = False) -> None:  # fmt: skip
     """Judges every metric the baseline row has: absolute figures, or ratios to each run's reference row."""
     for metric in METRICS:
         if metric.name not in base.metrics:
@@ -345,13 +350,48 @@ def compare_metrics(report: RowReport, cand: Row, base: Row, refs: tuple[Row | N
             report.findings.append(Finding(report.runner, "note", metric.name,
                                            f"{metric.label} not judged: under {thresholds.min_seconds * 1e3:g} ms in both runs"))  # fmt: skip
             continue
+        scale = (1.0, 1.0)
         if refs is not None:
             ratios = ratio_spans(metric, c, b, *refs)
             if isinstance(ratios, str):
                 report.findings.append(Finding(report.runner, "note", metric.name, f"{metric.label} not compared: {ratios}"))
                 continue
+            scale = (c.mid / ratios[0].mid, b.mid / ratios[1].mid)  # each run's reference figure
             c, b = ratios
-        judge(report, metric, c, b, thresholds, ratio=refs is not None)
+        if has_trials(cand, metric.name) and has_trials(base, metric.name):
+            judge_interval(report, metric, cand.samples[metric.name], base.samples[metric.name], scale, thresholds,
+                           ratio=refs is not None, paired=paired)  # fmt: skip
+        else:
+            judge(report, metric, c, b, thresholds, ratio=refs is not None)
+
+
+def has_trials(row: Row, name: str) -> bool:
+    """Whether the row kept the metric's samples over at least 2 trials: with one, an interval holds only the noise
+    within one process, far narrower than between processes, and the min-max rule judges instead."""
+    return len([t for t in row.samples.get(name, []) if t]) >= 2
+
+
+def judge_interval(report: RowReport, metric: Metric, cand: stats.Trials, base: stats.Trials, scale: tuple[float, float],
+                   thresholds: Thresholds, ratio: bool, paired: bool) -> None:  # fmt: skip
+    """A change counts when the 95% interval of candidate / baseline lies wholly beyond the threshold (stats.judge). In
+    ratio mode each side is first divided by its run's reference figure (scale), taken as exact."""
+    paired = paired and len(cand) == len(base)
+    if not (statistics.median(stats.pooled(cand)) > 0 and statistics.median(stats.pooled(base)) > 0):
+        return  # no ratio of a figure that is not positive (NaN and negatives: the validation of the files)
+    middle, low, high = stats.ratio_interval(cand, base, paired=paired)
+    middle, low, high = (x * scale[1] / scale[0] for x in (middle, low, high))
+    report.changes[metric.name] = middle - 1
+    report.intervals[metric.name] = (low, high)
+    threshold = thresholds.memory if metric.memory else thresholds.speed
+    verdict = stats.judge(low, high, threshold, metric.higher_is_better)
+    if verdict == "same":
+        return
+    b, c = statistics.median(stats.pooled(base)) / scale[1], statistics.median(stats.pooled(cand)) / scale[0]
+    unit = f"× {REFERENCE}" if ratio else metric.unit
+    how = f"{'paired ' if paired else ''}95% interval of candidate/baseline {low:.3g}–{high:.3g}"
+    message = (f"{metric.label} {b:.3g} → {c:.3g} {unit} ({middle - 1:+.0%}); the {how} lies beyond {threshold:.0%} "
+               f"({len(base)} vs {len(cand)} trials)")  # fmt: skip
+    report.findings.append(Finding(report.runner, verdict, metric.name, message, metric.label, b, c, middle - 1))
 
 
 def ratio_spans(metric: Metric, c: Span, b: Span, cand_ref: Row | None, base_ref: Row | None) -> tuple[Span, Span] | str:
@@ -383,45 +423,6 @@ def judge(report: RowReport, metric: Metric, c: Span, b: Span, thresholds: Thres
     message = f"{metric.label} {b.mid:.3g} → {c.mid:.3g} {unit} ({change:+.0%}), beyond {threshold:.0%}; {spreads}"
     kind = "regression" if worse else "improvement"
     report.findings.append(Finding(report.runner, kind, metric.name, message, metric.label, b.mid, c.mid, change))
-
-
-# ---- repeats --------------------------------------------------------------------------------------------------------
-
-
-def best_of(runs: list[ResultFile]) -> ResultFile:
-    """One run from repeats of one suite: per row and metric, the repeat with the best median (its spread with it),
-    so that a repeat slowed by a busy machine does not count; for correctness the worst (a failure or the largest
-    distance in any repeat), since a wrong answer is never noise."""
-    if not runs:
-        raise UserError("best-of needs at least one result file")
-    for other in runs[1:]:
-        check_comparable(other, runs[0], f"{other.run_id} vs {runs[0].run_id}")
-    runners = list(dict.fromkeys(r.runner for run in runs for r in run.rows))
-    rows = [best_row([r for run in runs for r in run.rows if r.runner == runner]) for runner in runners]
-    return runs[0].model_copy(update={
-        "run_id": f"{runs[0].run_id}-best-of-{len(runs)}",
-        "created_at": max(run.created_at for run in runs),
-        "complete": all(run.complete for run in runs),
-        "best_of": [run.run_id for run in runs],
-        "rows": rows,
-    })  # fmt: skip
-
-
-def best_row(repeats: list[Row]) -> Row:
-    bad = [r for r in repeats if r.status == "failed"] or [r for r in repeats if r.status == "skipped"]
-    if bad:
-        return bad[0].model_copy(deep=True)
-    row = repeats[0].model_copy(deep=True)
-    distances = [r.distance for r in repeats if r.distance is not None]
-    row.distance = max(distances) if distances else None
-    row.notes = list(dict.fromkeys(n for r in repeats for n in r.notes))
-    for metric in METRICS:
-        having = [r.metrics for r in repeats if metric.name in r.metrics]
-        if having:
-            pick = max if metric.higher_is_better else min
-            best = pick(having, key=lambda m: m[metric.name])
-            row.metrics.update({k: best[k] for k in (metric.name, f"{metric.name}_min", f"{metric.name}_max") if k in best})
-    return row
 
 
 # ---- showing --------------------------------------------------------------------------------------------------------

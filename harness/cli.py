@@ -8,11 +8,13 @@ from pathlib import Path
 from typing import Optional
 
 import typer
+from rich import box
 from rich.console import Console
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from harness import check as checks
+from harness import stats
 from harness.bench import BenchSettings, Display, run_bench
 from harness.memory import nvml_handles
 from harness.registry import MODELS, get_model
@@ -55,8 +57,9 @@ def run(
     out: Path = typer.Option(Path("results"), help="result files go to OUT/<model>/<run-id>.json"),
     timeout: Optional[float] = typer.Option(None, help="seconds before a runner's child is killed (default: the profile's)"),
     seed: int = typer.Option(0, help="seed of the prompt, the probe and synthetic weights"),
+    trials: Optional[int] = typer.Option(None, min=1, max=100, help="fresh processes per row, round robin over the rows (default: the profile's; default and cpu: 3, serving rows 1)"),
 ) -> None:
-    """Run every requested row on MODEL, each in its own process, and write one result file."""
+    """Run every requested row on MODEL, each trial in its own process, and write one result file."""
     entry = get_model(model)
     device = device or ("cuda" if nvml_handles() else "cpu")
     if device not in ("cpu", "cuda"):
@@ -66,7 +69,7 @@ def run(
         raise UserError(f"unknown dtype {dtype!r}; use one of {', '.join(DTYPES)}")
     chosen = tuple(get_runner(r) for r in runner) if runner else tuple(RUNNERS.values())
     profile_name = profile or ("default" if device == "cuda" or entry.is_tiny else "cpu")
-    settings = BenchSettings(entry, chosen, get_profile(profile_name), dtype, device, weights, out, seed, timeout)
+    settings = BenchSettings(entry, chosen, get_profile(profile_name), dtype, device, weights, out, seed, timeout, trials)
     try:
         path = run_bench(settings, RichDisplay(chosen))
     except KeyboardInterrupt:
@@ -83,7 +86,8 @@ def check(
     threshold_speed: Optional[float] = typer.Option(None, help="relative change of a speed or time that counts (default 0.05)"),
     threshold_memory: Optional[float] = typer.Option(None, help="relative change of peak memory that counts (default 0.20)"),
     ratios: bool = typer.Option(False, "--ratios", help="compare ratios to the in-run reference even on one machine"),
-    gate: bool = typer.Option(False, "--gate", help="the CI gate: --ratios and its wider thresholds (harness/check.py)"),
+    paired: bool = typer.Option(False, "--paired", help="trial i of each side ran side by side: resample them together"),
+    gate: bool = typer.Option(False, "--gate", help="the CI gate's paired check (.ci/gate): --paired and its thresholds (harness/check.py)"),
     json_path: Optional[Path] = typer.Option(None, "--json", help="also write the report as JSON here"),
 ) -> None:
     """Compare CANDIDATE with a baseline row by row; exit 1 on a regression beyond the thresholds and the noise."""
@@ -95,7 +99,7 @@ def check(
     )
     if thresholds.speed < 0 or thresholds.memory < 0:
         raise UserError("thresholds are relative changes and cannot be negative, e.g. --threshold-speed 0.05")
-    report = checks.check(candidate, baseline, thresholds, ratios=ratios or gate)
+    report = checks.check(candidate, baseline, thresholds, ratios=ratios, paired=paired or gate)
     for comparison in report.comparisons:
         console.print(checks.header(comparison), highlight=False, soft_wrap=True)
         if comparison.rows:
@@ -110,14 +114,17 @@ def check(
         raise typer.Exit(1)
 
 
-@app.command("best-of")
-def best_of(
-    runs: list[Path] = typer.Argument(..., help="result files of repeats of one suite"),
-    out: Path = typer.Option(..., help="where to write the combined result file"),
+@app.command("merge")
+def merge(
+    runs: list[Path] = typer.Argument(..., help="result files of one suite, e.g. one trial each"),
+    out: Path = typer.Option(..., help="where to write the merged result file"),
 ) -> None:
-    """Combine repeats of one suite: per row and metric the best repeat, for correctness the worst."""
-    write_result(checks.best_of([load_result(p) for p in runs]), out)
-    console.print(f"the better of {len(runs)} run(s): {out}")
+    """Merge runs of one suite into one run whose rows hold every trial (the gate merges its trials so)."""
+    from harness.trials import merge_runs
+
+    merged = merge_runs([load_result(p) for p in runs])
+    write_result(merged, out)
+    console.print(f"{len(runs)} run(s), {merged.protocol['trials']} trial(s): {out}")
 
 
 @app.command("site")
@@ -142,7 +149,8 @@ class RichDisplay(Display):
 
     def begin(self, result, path):
         console.print(
-            f"[bold]{result.model}[/] · {len(self.runners)} runner(s) · profile {result.protocol['profile']} · "
+            f"[bold]{result.model}[/] · {len(self.runners)} runner(s) · {result.protocol['trials']} trial(s) each, round robin · "
+            f"profile {result.protocol['profile']} · "
             f"{result.protocol['dtype']} on {result.protocol['device']} · weights: {result.weights} · writing {path}"
         )
 
@@ -165,28 +173,52 @@ class RichDisplay(Display):
             detail = f"{m['decode_tok_s']:.1f} tok/s"
         else:
             detail = row.reason or ""
-        self.bar.console.print(f"{mark} {row.runner}: {detail.splitlines()[0][:160] if detail else ''}")
+        trials = f" (trial {m['trials']})" if row.status == "ok" and m.get("trials", 1) > 1 else ""
+        self.bar.console.print(f"{mark} {row.runner}{trials}: {detail.splitlines()[0][:160] if detail else ''}")
 
 
-def fmt(value, unit: str, digits: int = 3) -> str:
-    return "–" if value is None else f"{value:.{digits}g} {unit}"
+def short(value: float | None) -> str:
+    """A figure in at most 6 characters: 3 significant figures, whole numbers from 100 up."""
+    if value is None:
+        return "–"
+    return f"{value:.0f}" if abs(value) >= 100 else f"{value:.3g}"
+
+
+def with_interval(metrics: dict, name: str, unstable: list[str]) -> str:
+    """ "1536 ±4%": the median and the half-width of its 95% interval, relative; "!" when its trials disagree."""
+    value = metrics.get(name)
+    if value is None:
+        return "–"
+    text = short(value)
+    ci = metrics.get(f"{name}_ci")
+    if isinstance(ci, list) and len(ci) == 2 and all(isinstance(v, (int, float)) for v in ci) and value:
+        text += f" ±{(ci[1] - ci[0]) / 2 / abs(value):.0%}"
+    return text + ("!" if name in unstable else "")
 
 
 def summary_table(rows: list[Row]) -> Table:
-    table = Table("runner", "status", "TTFT", "decode", "serving", "load", "first call", "peak mem", "distance")
+    """The closing table, readable at 80 columns: a serving row's TTFT and speed are its serving figures."""
+    table = Table("runner", "status", "TTFT ms", "tok/s ±95%", "load s", "mem GiB", "distance",
+                  box=None, pad_edge=False, padding=(0, 1, 0, 0), header_style="bold underline", caption_justify="left")  # fmt: skip
+    for column in table.columns:
+        column.no_wrap = True
+    flagged = False
     for r in rows:
         m = r.metrics
+        serving = "serving_tok_s" in m
+        speed, ttft = ("serving_tok_s", "serving_ttft_ms") if serving else ("decode_tok_s", "ttft_ms")
+        flagged = flagged or bool(r.unstable)
         table.add_row(
             r.runner,
             r.status,
-            fmt(m.get("ttft_ms"), "ms"),
-            fmt(m.get("decode_tok_s"), "tok/s"),
-            fmt(m.get("serving_tok_s"), "tok/s"),
-            fmt(m.get("load_s"), "s"),
-            fmt(m.get("first_call_s"), "s"),
-            fmt(m.get("peak_mem_gib"), f"GiB {m.get('mem_kind', '')}".strip()),
-            "–" if r.distance is None else f"{r.distance:.3g}",
+            with_interval(m, ttft, r.unstable),
+            with_interval(m, speed, r.unstable),
+            short(m.get("load_s")),
+            short(m.get("peak_mem_gib")),
+            "–" if r.distance is None else f"{r.distance:.2g}",
         )
+    if flagged:
+        table.caption = f"! unstable: its trials' medians differ by more than {stats.UNSTABLE_CV:.0%} (std/mean)"
     return table
 
 

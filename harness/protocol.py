@@ -72,7 +72,9 @@ def measure(runner: Runner, spec: RunSpec, progress: Progress) -> dict[str, Any]
         "prompt_tokens": len(spec.prompt),
         "new_tokens": spec.new_tokens,
     }
-    return {"metrics": metrics, "tokens": tokens, "logits": logits}
+    # every timed value, for the parent's intervals over trials (harness/stats.py)
+    samples = {"ttft_ms": ttft, "decode_tok_s": decode}
+    return {"metrics": metrics, "samples": samples, "tokens": tokens, "logits": logits}
 
 
 def reference_logits(runner: Runner, spec: RunSpec, progress: Progress) -> dict[str, Any]:
@@ -194,4 +196,7 @@ def measure_serving(runner: ServingRunner, spec: RunSpec, progress: Progress) ->
         "serving_new_tokens": w.new_tokens,
         "serving_in_flight": w.max_in_flight,
     }
-    return {"metrics": metrics, "tokens": tokens, "logits": logits}
+    # per timed run: its throughput and its requests' median time to first token
+    samples = {"serving_tok_s": [run.tok_s for run in runs],
+               "serving_ttft_ms": [statistics.median(r.ttft_s * 1e3 for r in run.requests) for run in runs]}  # fmt: skip
+    return {"metrics": metrics, "samples": samples, "tokens": tokens, "logits": logits}

@@ -12,7 +12,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from linnet_core.errors import UserError
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+# Versions this code reads. 1: no trials, no samples, no intervals (rendered and checked as before).
+READABLE_VERSIONS = (1, 2)
 
 
 class Row(BaseModel):
@@ -28,7 +30,10 @@ class Row(BaseModel):
     peer: str | None = None  # the runner id of the stack this row replaces
     distance: float | None = None  # max |logits - reference logits|; None when not compared
     notes: list[str] = Field(default_factory=list)
-    metrics: dict[str, Any] = Field(default_factory=dict)  # ttft_ms, decode_tok_s, ... with *_min/*_max
+    metrics: dict[str, Any] = Field(default_factory=dict)  # ttft_ms, decode_tok_s, ... with *_min/*_max and *_ci
+    # Schema 2: every timed value, {metric: [[run values of trial 1], [trial 2], ...]}; empty in version 1 files.
+    samples: dict[str, list[list[float]]] = Field(default_factory=dict)
+    unstable: list[str] = Field(default_factory=list)  # metrics whose trials disagree beyond stats.UNSTABLE_CV
 
 
 class ResultFile(BaseModel):
@@ -75,10 +80,10 @@ def load_result(path: Path) -> ResultFile:
     if not isinstance(data, dict) or "schema_version" not in data:
         raise UserError(f"{path}: not a result file (no schema_version)")
     version = data["schema_version"]
-    if version != SCHEMA_VERSION:
+    if version not in READABLE_VERSIONS:
         raise UserError(
-            f"{path}: result schema version {version!r} is not known to this Linnet Bench (it reads version "
-            f"{SCHEMA_VERSION}); re-run `linnet-bench run {data.get('model', 'MODEL')}` or use a matching release"
+            f"{path}: result schema version {version!r} is not known to this Linnet Bench (it reads versions "
+            f"{', '.join(map(str, READABLE_VERSIONS))}); re-run `linnet-bench run {data.get('model', 'MODEL')}` or use a matching release"
         )
     try:
         return ResultFile.model_validate(data)

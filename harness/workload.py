@@ -18,6 +18,8 @@ class Profile:
     runs: int  # R: timed runs; the median is reported, min and max kept
     timeout_s: int  # a runner's child process is killed after this long
     description: str  # one line for `linnet-bench run --help` and the page
+    trials: int = 1  # K: each single-request row runs K times, each in a fresh process (`run --trials` overrides)
+    serving_trials: int = 1  # the same for serving rows, which take far longer per trial
 
     @property
     def max_positions(self) -> int:
@@ -76,9 +78,14 @@ SERVING: dict[str, ServingWorkload] = {
 PROFILES: dict[str, Profile] = {
     p.name: p
     for p in (
-        Profile("default", 512, 128, 3, 10, 900, "the published page's protocol: 512 prompt tokens, 128 new"),
-        Profile("cpu", 128, 32, 1, 3, 1800, "the 0.5B shape on a CPU: 128 prompt tokens, 32 new"),
+        # 3 trials: the fewest that give an interval over processes and keep `make demo` within 10 minutes on 2 cores;
+        # a serving row takes 10-100 s per trial there, so it runs once (its interval is then within one process)
+        Profile("default", 512, 128, 3, 10, 900, "the published page's protocol: 512 prompt tokens, 128 new",
+                trials=3, serving_trials=1),
+        Profile("cpu", 128, 32, 1, 3, 1800, "the 0.5B shape on a CPU: 128 prompt tokens, 32 new",
+                trials=3, serving_trials=1),
         Profile("quick", 32, 8, 1, 2, 600, "a smoke run for tests: 32 prompt tokens, 8 new"),
+        # one trial per `run`: the gate (.ci/gate) makes its trials itself, baseline and candidate in turn
         Profile("gate", 128, 64, 2, 9, 600, "the CI regression gate: 128 prompt tokens, 64 new, 9 runs to narrow the spread"),
     )
 }

@@ -40,3 +40,12 @@ class Unavailable(Counting):
 class ShortCount(Counting):
     def decode(self, n):
         return super().decode(n - 1)
+
+
+class CrashOnTrial2(Counting):
+    """Fine in its first trial (process), crashes in its second: the harness gives each trial its own work dir."""
+
+    def load(self):
+        if self.spec.work_dir.endswith("trial-2"):
+            raise RuntimeError("planted crash in trial 2")
+        super().load()

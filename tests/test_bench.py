@@ -50,7 +50,7 @@ def test_both_transformers_rows_are_measured_with_distances(transformers_run):
 
 def test_the_result_file_records_the_run(transformers_run):
     r = transformers_run
-    assert r.protocol == {"profile": "quick", "dtype": "f32", "device": "cpu", "timeout_s": 600}
+    assert r.protocol == {"profile": "quick", "dtype": "f32", "device": "cpu", "timeout_s": 600, "trials": 1}
     assert r.workload["prompt_tokens"] == 32 and r.workload["new_tokens"] == 8 and r.workload["runs"] == 2
     assert "torch" in r.machine["versions"] and "transformers" in r.machine["versions"] and r.machine["cpu"]
 
@@ -106,3 +106,36 @@ def test_ctrl_c_keeps_the_finished_rows(tiny, tmp_path, ctrl_c_raises):
     result = load_result(path)
     assert not result.complete and result.interrupted
     assert [r.runner for r in result.rows] == ["counting"] and result.rows[0].status == "ok"
+
+
+class Order(Display):
+    def __init__(self):
+        self.started = []
+
+    def start(self, runner):
+        self.started.append(runner.id)
+
+
+def test_trials_run_round_robin_keep_every_sample_and_summarise_them(tiny, tmp_path):
+    runners = [fake("counting", "Counting"), fake("unavailable", "Unavailable"), fake("flaky", "CrashOnTrial2"),
+               fake("other", "Counting")]  # fmt: skip
+    order = Order()
+    s = settings(tiny, tmp_path, runners, timeout_s=60)
+    result = load_result(run_bench(BenchSettings(**{**s.__dict__, "trials": 3}), order))
+    # the reference scores once; a skip is decided once; a failed trial ends its row
+    assert order.started == ["transformers", "counting", "unavailable", "flaky", "other", "counting", "flaky", "other",
+                             "counting", "other"]  # fmt: skip
+    assert result.schema_version == 2 and result.protocol["trials"] == 3 and result.workload["runs"] == 2
+    rows = {r.runner: r for r in result.rows}
+    assert rows["unavailable"].status == "skipped" and rows["unavailable"].samples == {}
+    assert rows["flaky"].status == "failed" and rows["flaky"].reason.startswith("trial 2 of 3 failed: ")
+    assert "planted crash in trial 2" in rows["flaky"].reason
+    ok = rows["counting"]
+    assert ok.status == "ok" and ok.metrics["trials"] == 3
+    assert [len(t) for t in ok.samples["decode_tok_s"]] == [2, 2, 2] and [len(t) for t in ok.samples["ttft_ms"]] == [2, 2, 2]
+    assert [len(t) for t in ok.samples["load_s"]] == [1, 1, 1]  # a figure per trial
+    every = [v for t in ok.samples["decode_tok_s"] for v in t]
+    m = ok.metrics
+    assert m["decode_tok_s_min"] == min(every) and m["decode_tok_s_max"] == max(every)
+    assert m["decode_tok_s_min"] <= m["decode_tok_s_ci"][0] <= m["decode_tok_s"] <= m["decode_tok_s_ci"][1] <= m["decode_tok_s_max"]
+    assert "peak_mem_gib_ci" in m and m["mem_kind"] == "host"

@@ -37,3 +37,31 @@ def test_bad_input_is_one_line(args, message, tmp_path):
 def test_a_checkpoint_of_another_model_is_refused(tiny_checkpoint, tmp_path):
     out = cli("run", "qwen2.5-0.5b", "--weights", str(tiny_checkpoint), "--out", str(tmp_path))
     assert out.returncode == 1 and "does not match qwen2.5-0.5b-instruct" in out.stdout
+
+
+def test_the_closing_table_is_readable_at_80_columns():
+    """Every row id, status and figure of a full qwen2-tiny run whole at 80 columns, intervals and flags included."""
+    from rich.console import Console
+
+    from harness.cli import summary_table
+    from harness.results import Row
+    from runners import RUNNERS
+
+    rows = []
+    for i, info in enumerate(RUNNERS.values()):
+        status = ("ok", "skipped", "failed")[i % 3]
+        metrics = {} if status != "ok" else {
+            "decode_tok_s": 22914.2, "decode_tok_s_ci": [14000.0, 27000.0], "ttft_ms": 7235.1, "ttft_ms_ci": [7000.0, 7400.0],
+            "serving_tok_s": 1136.2, "serving_ttft_ms": 178.3, "load_s": 0.0234567, "peak_mem_gib": 2.35}  # fmt: skip
+        if info.kind != "serving":
+            metrics.pop("serving_tok_s", None)
+        rows.append(Row(runner=info.id, label=info.label, group=info.group, status=status, metrics=metrics,
+                        distance=1.234567e-05 if status == "ok" else None, unstable=["decode_tok_s"] if i % 2 else []))
+    console = Console(width=80, record=True)
+    console.print(summary_table(rows))
+    text = console.export_text()
+    assert "…" not in text, text
+    assert all(len(line) <= 80 for line in text.splitlines())
+    for r in rows:
+        assert any(line.startswith(f"{r.runner} ") and f" {r.status} " in line for line in text.splitlines()), r.runner
+    assert "22914 ±28%!" in text and "unstable" in text

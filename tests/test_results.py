@@ -38,3 +38,26 @@ def test_malformed_files_are_one_line_errors(tmp_path, text):
     with pytest.raises(UserError) as e:
         load_result(tmp_path / "f.json")
     assert "f.json" in str(e.value) and "\n" not in str(e.value)
+
+
+
+def test_version_1_files_still_load_without_samples(tmp_path):
+    data = json.loads(sample().model_dump_json())
+    data["schema_version"] = 1
+    for row in data["rows"]:
+        row.pop("samples"), row.pop("unstable")
+    (tmp_path / "v1.json").write_text(json.dumps(data))
+    loaded = load_result(tmp_path / "v1.json")
+    assert loaded.schema_version == 1 and loaded.rows[0].samples == {} and loaded.rows[0].unstable == []
+
+
+@pytest.mark.parametrize(
+    "samples", ['"fast"', '{"decode_tok_s": [1, 2]}', '{"decode_tok_s": [["a"]]}', '{"decode_tok_s": [[1e999999]]}x']
+)
+def test_malformed_samples_are_one_line_errors(tmp_path, samples):
+    text = sample().model_dump_json().replace('"samples":{}', f'"samples":{samples}', 1)
+    assert samples in text
+    (tmp_path / "f.json").write_text(text)
+    with pytest.raises(UserError) as e:
+        load_result(tmp_path / "f.json")
+    assert "f.json" in str(e.value) and "\n" not in str(e.value)

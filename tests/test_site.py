@@ -437,7 +437,8 @@ def test_the_pages_draw_every_chart_offline_in_chromium(tmp_path):
     from playwright.sync_api import sync_playwright
 
     site = render(tmp_path, PUBLISHED, hostile(), tiny_run("20261201T100000Z", decode=80.0))
-    pages = [site / "index.html", *sorted((site / "models").glob("*.html"))]
+    with_trials = render(tmp_path / "trials", trials_run(1800.0, between=0.3))  # schema 2: intervals, an unstable row
+    pages = [site / "index.html", *sorted((site / "models").glob("*.html")), with_trials / "models" / "qwen2-tiny.html"]
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         try:
@@ -456,7 +457,9 @@ def test_the_pages_draw_every_chart_offline_in_chromium(tmp_path):
                     # plotly keeps the rows' order, "vLLM" of the serving section among its own rows
                     shown = page.evaluate(TICKS_TOP_DOWN, "chart-0-load_s")
                     assert shown == [r.label for r in published().rows], shown
-                if path.stem == "qwen2-tiny":
+                if path.is_relative_to(with_trials):
+                    assert page.locator("span.flag").count() == 1 and page.locator(".card .interval").count() == 1
+                elif path.stem == "qwen2-tiny":
                     assert page.locator("div.chart[id^='history-']").count() == 2  # decode speed, time to first token
                     box = page.locator("#chart-0-ttft_ms g.trace.bars .point path").first.bounding_box()
                     page.mouse.move(
@@ -464,7 +467,12 @@ def test_the_pages_draw_every_chart_offline_in_chromium(tmp_path):
                     )  # plotly's drag layer is on top
                     hover = page.locator("#chart-0-ttft_ms .hoverlayer .hovertext").text_content(timeout=5_000)
                     assert "median of 2 runs" in hover and "min–max" in hover, hover
-                page.screenshot(path=str(tmp_path / f"{path.stem}.png"), full_page=True)
+                # every table fits the 1280-pixel window: the notes column is read, not scrolled to or clipped
+                for wrap in page.locator("div.table-wrap").all():
+                    widths = wrap.evaluate("w => [w.scrollWidth, w.clientWidth]")
+                    assert widths[0] <= widths[1] + 1, f"{path.name}: a table {widths[0]} px wide in {widths[1]} px"
+                shot = f"trials-{path.stem}" if path.is_relative_to(with_trials) else path.stem
+                page.screenshot(path=str(tmp_path / f"{shot}.png"), full_page=True)
                 assert errors == [], f"{path.name}: {errors}"
                 assert all(url.startswith("file://") for url in requests), requests
                 assert page.evaluate("window.pwned") is None
@@ -472,3 +480,77 @@ def test_the_pages_draw_every_chart_offline_in_chromium(tmp_path):
         finally:
             browser.close()
     assert all((tmp_path / f"{p.stem}.png").stat().st_size > 10_000 for p in pages)
+
+
+# ----- trials: intervals, "no clear difference", unstable rows (schema 2) -----
+
+
+def trial_row(runner: str, label: str, decode: float, seed: int, between=0.03, peer=None) -> Row:
+    """A row measured in 3 trials of 5 runs: each trial's level around `decode`, its runs within 1% of that."""
+    import numpy as np
+
+    from harness.trials import combine_trials
+
+    rng = np.random.default_rng(seed)
+    levels = decode * (1 + rng.normal(0, between, 3))
+    samples = [{"decode_tok_s": list(lv * (1 + rng.normal(0, 0.01, 5))), "ttft_ms": list(2000 / lv * (1 + rng.normal(0, 0.01, 5)))}
+               for lv in levels]  # fmt: skip
+    base = [{"load_s": 2.0, "first_call_s": 0.3, "peak_mem_gib": 0.4, "mem_kind": "host", "runs": 5}] * 3
+    metrics, samples, unstable = combine_trials(base, samples)
+    return Row(runner=runner, label=label, group="PyTorch", status="ok", distance=1e-5, peer=peer, metrics=metrics,
+               samples=samples, unstable=unstable)  # fmt: skip
+
+
+def trials_run(ours: float, theirs: float = 1000.0, between: float = 0.03) -> ResultFile:
+    run = tiny_run("20261203T100000Z", decode=100.0)
+    return run.model_copy(update={
+        "schema_version": 2,
+        "protocol": {**run.protocol, "trials": 3},
+        "rows": [trial_row("transformers", "transformers", 500.0, 1),
+                 trial_row("transformers-compiled", "transformers, compiled", theirs, 2),
+                 trial_row("linnet-inductor", "Linnet, inductor", ours, 3, between, peer="transformers-compiled")],
+    })  # fmt: skip
+
+
+def card_texts(tree: Tree) -> dict[str, str]:
+    return {next(c.find_all("h3")).text(): c.text() for c in tree.root.find_all("article", "card")}
+
+
+def numbers_rows(tree: Tree) -> dict[str, str]:
+    return {tr.text().split(" ")[0]: tr.text() for tr in next(tree.root.find_all("table", "numbers")).find_all("tr")}
+
+
+def test_a_clear_win_shows_its_ratio_with_the_interval(tmp_path):
+    tree = model_tree(render(tmp_path, trials_run(1800.0)), "qwen2-tiny")
+    card = card_texts(tree)["vs the reference, in PyTorch"]
+    ratio, low, high = (float(x) for x in re.search(r"([\d.]+)× faster.*95% CI ([\d.]+)–([\d.]+)×", card).groups())
+    assert 1.6 < low < ratio < high < 2.0, card
+    assert re.search(r"Linnet, inductor.*× transformers, compiled \(95% CI [\d.]+–[\d.]+×\)", numbers_rows(tree)["Linnet,"])
+    assert "in each of 3 trials (fresh processes, round robin), 95% intervals" in next(tree.root.find_all("p", "machine-line")).text()
+    index = (tmp_path / "site" / "index.html").read_text()
+    assert re.search(r"vs the reference, in PyTorch: [\d.]+× faster \(95% CI", index)
+
+
+def test_an_interval_that_holds_1_says_no_clear_difference(tmp_path):
+    tree = model_tree(render(tmp_path, trials_run(1000.0, between=0.15)), "qwen2-tiny")
+    card = card_texts(tree)["vs the reference, in PyTorch"]
+    assert "no clear difference" in card and re.search(r"[\d.]+×, 95% CI [\d.]+–[\d.]+×", card), card
+    assert "faster" not in card and "slower" not in card
+    assert "no clear difference (95% CI" in numbers_rows(tree)["Linnet,"]
+    verdict = next(next(tree.root.find_all("article", "card")).find_all("strong"))
+    assert "loss" in verdict.classes  # not coloured as a win
+
+
+def test_a_row_whose_trials_disagree_is_flagged_unstable_and_its_hover_shows_the_interval(tmp_path):
+    result = trials_run(1800.0, between=0.3)
+    assert result.rows[2].unstable == ["decode_tok_s", "ttft_ms"]
+    tree = model_tree(render(tmp_path, result), "qwen2-tiny")
+    row = next(tr for tr in next(tree.root.find_all("table", "numbers")).find_all("tr") if "Linnet, inductor" in tr.text())
+    first = next(row.find_all("td"))
+    assert next(first.find_all("span", "flag")).text() == "unstable"
+    assert "differ by more than 10%" in first.attrs["title"]
+    decode = figures(tree)["Decode speed"]["data"][0]["hovertext"]
+    inductor = next(h for h in decode if h.startswith("Linnet, inductor"))
+    assert "median of 5 runs in each of 3 trials" in inductor and "95% CI" in inductor and "unstable" in inductor
+    steady = next(h for h in decode if h.startswith("transformers (PyTorch)"))
+    assert "unstable" not in steady

@@ -7,6 +7,7 @@ import re
 from dataclasses import dataclass
 
 from harness.results import ResultFile, Row
+from harness.stats import UNSTABLE_CV
 from harness.site import numbers
 from harness.site.comparisons import DECODE, FIRST_CALL, LOAD, MEMORY, SERVING, TTFT, Metric, best_row
 from harness.site.context import LoadedRun
@@ -82,12 +83,19 @@ def hover_lines(row: Row, metric: Metric, result: ResultFile) -> tuple[str, ...]
     """The bar's label, its figure and how it was measured, the min–max spread, and first-call time beside load."""
     m = row.metrics
     lines = [f"{row.label} ({row.group})", numbers.with_unit(metric.value(row), metric.unit)]
+    trials = m.get("trials", 1)
     if metric in (TTFT, DECODE):
         runs = m.get("runs", result.workload.get("runs"))
         lines[-1] += f", median of {numbers.count(runs, 'run')}" if runs else ""
+        lines[-1] += f" in each of {trials} trials" if runs and trials > 1 else ""
+    ci = m.get(f"{metric.key}_ci")
+    if trials > 1 and isinstance(ci, list) and len(ci) == 2 and all(isinstance(v, (int, float)) for v in ci):
+        lines.append(f"95% CI {numbers.spread(ci[0], ci[1], metric.unit)}")
     low_high = numbers.spread(m.get(f"{metric.key}_min"), m.get(f"{metric.key}_max"), metric.unit)
     if low_high:
         lines.append(f"min–max {low_high}")
+    if metric.key in row.unstable:
+        lines.append(f"unstable: its trials' medians differ by more than {UNSTABLE_CV:.0%} (std/mean)")
     if metric is LOAD and FIRST_CALL.value(row) is not None:
         lines.append(f"first call {numbers.with_unit(FIRST_CALL.value(row), FIRST_CALL.unit)}")
     return tuple(lines)

@@ -4,9 +4,11 @@ stack names here are the card table's, which says which rows each card puts side
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
 
+from harness import stats
 from harness.results import Row
 from harness.site import numbers
 
@@ -80,10 +82,29 @@ class Comparison:
     theirs: Row  # the other side
     ratio: float  # how many times better ours is (see advantage)
     as_change: bool  # written as a percentage change rather than a multiple
+    interval: tuple[float, float] | None = None  # the ratio's 95% interval, when both rows kept trials' samples
+
+    @property
+    def clear(self) -> bool:
+        """False when the interval holds 1: the data cannot tell which side is ahead."""
+        return self.interval is None or not stats.holds(*self.interval)
+
+    @property
+    def interval_text(self) -> str | None:
+        """ "95% CI 1.62–1.95" (as changes for an export: "95% CI −5.0% to +3.1%"); None without an interval."""
+        if self.interval is None:
+            return None
+        low, high = self.interval
+        if self.as_change:
+            return f"95% CI {numbers.change(low)} to {numbers.change(high)}"
+        return f"95% CI {numbers.times(low).rstrip('×')}–{numbers.times(high)}"
 
     @property
     def verdict(self) -> str:
-        """The card's headline: "1.49× faster", "0.57× (slower)", "−27.9% slower"."""
+        """The card's headline: "1.49× faster", "0.57× (slower)", "−27.9% slower", or "no clear difference" when the
+        interval holds 1."""
+        if not self.clear:
+            return "no clear difference"
         if self.as_change:
             return f"{numbers.change(self.ratio)} {self.metric.better if self.ratio >= 1 else self.metric.worse}"
         if self.ratio >= 1:
@@ -92,10 +113,28 @@ class Comparison:
 
     @property
     def against_text(self) -> str:
-        """The table's column: "0.57× transformers, compiled", "−27.9% from vLLM"."""
-        if self.as_change:
-            return f"{numbers.change(self.ratio)} from {self.theirs.label}"
-        return f"{numbers.times(self.ratio)} {self.theirs.label}"
+        """The table's column: "0.57× transformers, compiled", "−27.9% from vLLM", with the interval when there is one:
+        "1.80× transformers, compiled (95% CI 1.62–1.95)", "… no clear difference (95% CI 0.94–1.12)"."""
+        text = (f"{numbers.change(self.ratio)} from {self.theirs.label}" if self.as_change
+                else f"{numbers.times(self.ratio)} {self.theirs.label}")  # fmt: skip
+        if self.interval is None:
+            return text
+        return f"{text}{'' if self.clear else ', no clear difference'} ({self.interval_text})"
+
+
+def advantage_interval(ours: Row, theirs: Row, metric: Metric) -> tuple[float, float] | None:
+    """The 95% interval of the advantage (harness/stats.py), when both rows kept the metric's samples over 2 trials or
+    more (one trial's interval holds only the noise within one process)."""
+    a, b = ours.samples.get(metric.key, []), theirs.samples.get(metric.key, [])
+    if len(a) < 2 or len(b) < 2:
+        return None
+    _, low, high = stats.ratio_interval(a, b) if metric.higher_is_better else stats.ratio_interval(b, a)
+    return (low, high) if math.isfinite(low) and math.isfinite(high) and low > 0 else None
+
+
+def compare(ours: Row, theirs: Row, metric: Metric, as_change: bool) -> Comparison:
+    ratio = advantage(metric.ratio_of(ours), metric.ratio_of(theirs), metric)
+    return Comparison(metric, ours, theirs, ratio, as_change, advantage_interval(ours, theirs, metric))
 
 
 def advantage(ours: float, theirs: float, metric: Metric) -> float:
@@ -123,8 +162,7 @@ def headline(card: Card, rows: list[Row]) -> Comparison | None:
     ours = best_row([r for r in rows if selects(card, r) and card.metric.ratio_of(r)], card.metric)
     if theirs is None or ours is None:
         return None
-    ratio = advantage(card.metric.ratio_of(ours), card.metric.ratio_of(theirs), card.metric)
-    return Comparison(card.metric, ours, theirs, ratio, card.as_change)
+    return compare(ours, theirs, card.metric, card.as_change)
 
 
 def against_peer(row: Row, rows: list[Row]) -> Comparison | None:
@@ -137,4 +175,4 @@ def against_peer(row: Row, rows: list[Row]) -> Comparison | None:
     if peer is None or metric.ratio_of(row) is None or metric.ratio_of(peer) is None:
         return None
     as_change = any(card.as_change and card.against == row.peer and selects(card, row) for card in CARDS)
-    return Comparison(metric, row, peer, advantage(metric.ratio_of(row), metric.ratio_of(peer), metric), as_change)
+    return compare(row, peer, metric, as_change)

@@ -52,8 +52,9 @@ class CardView:
     title: str  # "vs vLLM, one request"
     verdict: str  # "1.49× faster"
     metric: str  # "decode speed"
-    wins: bool  # Linnet's side is ahead
+    wins: bool  # Linnet's side is clearly ahead
     bars: tuple[CardBar, CardBar]  # Linnet's side, then the other
+    interval: str | None = None  # "95% CI 1.62–1.95"; "1.03×, 95% CI 0.94–1.12" under "no clear difference"
 
 
 @dataclass(frozen=True)
@@ -196,8 +197,19 @@ def machine_line(result: ResultFile) -> str:
         f"{w.get('prompt_tokens')} prompt tokens, {w.get('new_tokens')} new",
         f"batch {w.get('batch', 1)}",
         f"median of {numbers.count(w.get('runs', 0), 'run')} after {numbers.count(w.get('warmups', 0), 'warm-up')}",
+        *trials_text(result),
         f"measured {result.created_at}",
     ])  # fmt: skip
+
+
+def trials_text(result: ResultFile) -> list[str]:
+    """ "in each of 3 trials (fresh processes, round robin), 95% intervals": how many processes each row ran in."""
+    trials = result.protocol.get("trials")
+    if not trials or trials < 2:
+        return []
+    serving = result.protocol.get("serving_trials")
+    extra = f"; serving rows {numbers.count(serving, 'trial')}" if serving and serving != trials else ""
+    return [f"in each of {trials} trials (fresh processes, round robin{extra}), 95% intervals"]
 
 
 def setup_line(result: ResultFile) -> str:
@@ -231,7 +243,10 @@ def card_view(title: str, comparison: Comparison) -> CardView:
         CardBar(row.label, numbers.with_unit(value, metric.unit), 100 * value / top, row is ours)
         for row, value in zip((ours, theirs), values)
     )
-    return CardView(title, comparison.verdict, metric.name, comparison.ratio >= 1, bars)
+    interval = comparison.interval_text
+    if interval and not comparison.clear:
+        interval = f"{numbers.change(comparison.ratio) if comparison.as_change else numbers.times(comparison.ratio)}, {interval}"
+    return CardView(title, comparison.verdict, metric.name, comparison.clear and comparison.ratio >= 1, bars, interval)
 
 
 def distance_note(result: ResultFile) -> str:
@@ -261,7 +276,8 @@ def index_entry(model: ModelRuns, page: ModelPage) -> IndexEntry:
         for what, metric in HEADLINE_FIGURES:
             if (row := best_row(result.rows, metric)) is not None:
                 figures.append((what, numbers.with_unit(metric.value(row), metric.unit), row.label))
-        verdicts = tuple(f"{card.title}: {c.verdict}" for card in CARDS if (c := headline(card, result.rows)))
+        verdicts = tuple(f"{card.title}: {c.verdict}" + (f" ({c.interval_text})" if c.interval_text else "")
+                         for card in CARDS if (c := headline(card, result.rows)))  # fmt: skip
         runs.append(IndexRun(setup_runs[-1].machine, numbers.when(result.created_at), setup_line(result), tuple(figures), verdicts,
                              f"{page.file}#{run_anchor(result)}"))  # fmt: skip
     return IndexEntry(page.title, model.model, page.file, page.description, page.facts, tuple(runs))

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from harness.results import ResultFile, Row
 from harness.site import numbers
+from harness.stats import UNSTABLE_CV
 from harness.site.charts import hover_lines, in_page_order, metric_title
 from harness.site.comparisons import FIRST_CALL, TABLED, Metric, against_peer
 from runners import REFERENCE
@@ -16,6 +17,7 @@ class Cell:
     text: str
     hint: str | None = None  # shown on hover: spread and number of runs
     extra: bool = False  # beyond the published page's columns
+    flag: str | None = None  # a word after the text, e.g. "unstable"; its explanation is the hint
 
 
 @dataclass(frozen=True)
@@ -60,8 +62,12 @@ def table_row(row: Row, result: ResultFile) -> tuple[Cell, ...]:
         distance = "0 (the reference)" if row.distance == 0 else numbers.distance(row.distance) + " (the reference)"
     else:
         distance = numbers.distance(row.distance)
+    unstable = None
+    if row.unstable:
+        names = ", ".join(m.name for m in TABLED if m.key in row.unstable) or ", ".join(row.unstable)
+        unstable = f"unstable: the trials' medians of its {names} differ by more than {UNSTABLE_CV:.0%} (std/mean)"
     return (
-        Cell(row.label),
+        Cell(row.label, hint=unstable, flag="unstable" if unstable else None),
         *(metric_cell(row, m, result) for m in TABLED),
         Cell(comparison.against_text if comparison else ""),
         Cell(distance),

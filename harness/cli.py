@@ -4,6 +4,7 @@ for regressions). A UserError is printed as one line with exit status 1; anythin
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Optional
 
@@ -93,8 +94,10 @@ def check(
         memory=defaults.memory if threshold_memory is None else threshold_memory,
         min_seconds=defaults.min_seconds,
     )
-    if thresholds.speed < 0 or thresholds.memory < 0:
-        raise UserError("thresholds are relative changes and cannot be negative, e.g. --threshold-speed 0.05")
+    if not all(math.isfinite(t) and t >= 0 for t in (thresholds.speed, thresholds.memory)):
+        raise UserError("thresholds are relative changes: finite and not negative, e.g. --threshold-speed 0.05")
+    if json_path is not None and json_path.is_dir():
+        raise UserError(f"--json {json_path}: a directory; give a file name, e.g. {json_path / 'report.json'}")
     report = checks.check(candidate, baseline, thresholds, ratios=ratios or gate)
     for comparison in report.comparisons:
         console.print(checks.header(comparison), highlight=False, soft_wrap=True)
@@ -103,8 +106,11 @@ def check(
         for line in checks.finding_lines(comparison):
             console.print(line, highlight=False, soft_wrap=True)
     if json_path is not None:
-        json_path.parent.mkdir(parents=True, exist_ok=True)
-        json_path.write_text(json.dumps(report.to_json(), indent=2) + "\n")
+        try:
+            json_path.parent.mkdir(parents=True, exist_ok=True)
+            json_path.write_text(json.dumps(report.to_json(), indent=2) + "\n")
+        except OSError as e:
+            raise UserError(f"--json {json_path}: cannot be written ({e.strerror})") from None
     console.print(checks.verdict(report), highlight=False, soft_wrap=True)
     if not report.passed:
         raise typer.Exit(1)

@@ -15,6 +15,7 @@ import numpy as np
 from harness import environment, launch
 from harness.registry import ModelEntry, checkpoint_for
 from harness.results import SCHEMA_VERSION, ResultFile, Row, write_result
+from harness.validate import invalid_figures
 from harness.workload import Profile, probe_ids, prompt_ids
 from runners import REFERENCE, RunnerInfo
 from runners.base import RunSpec
@@ -176,6 +177,8 @@ def make_row(info: RunnerInfo, outcome: launch.ChildOutcome, work: Path, referen
     metrics["child_s"] = outcome.seconds
     row.metrics = metrics
     compare_with_reference(row, record, work, reference)
+    if problems := invalid_figures(row):  # a NaN or an infinity measured is a broken row, not a figure to compare
+        row.status, row.reason = "failed", f"invalid figure: {'; '.join(problems)}"
     return row
 
 

@@ -58,6 +58,8 @@ def run(
     seed: int = typer.Option(0, help="seed of the prompt, the probe and synthetic weights"),
 ) -> None:
     """Run every requested row on MODEL, each in its own process, and write one result file."""
+    if timeout is not None and not (math.isfinite(timeout) and timeout > 0):
+        raise UserError(f"--timeout {timeout}: give a number of seconds above 0, e.g. --timeout 600")
     entry = get_model(model)
     device = device or ("cuda" if nvml_handles() else "cpu")
     if device not in ("cpu", "cuda"):

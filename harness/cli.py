@@ -136,7 +136,10 @@ def site_command(
     """Render the result files as a static website that works offline (open OUT/index.html)."""
     from harness.site import build_site
 
-    pages = build_site(results, out)
+    def warn(message: str) -> None:
+        console.print(f"[yellow]warning:[/] {message}", highlight=False, soft_wrap=True)
+
+    pages = build_site(results, out, warn)
     console.print(f"{len(pages)} page(s) written; open {pages[0]}")
 
 

@@ -99,7 +99,7 @@ def load_result(path: Path) -> ResultFile:
 
 def result_paths(directory: Path) -> list[Path]:
     """The result files under a directory: results/<model>/<run-id>.json, sorted by path."""
-    return sorted(p for p in Path(directory).glob("*/*.json") if p.is_file())
+    return sorted(Path(directory).glob("*/*.json"))  # a directory named *.json too: load_result says what it is
 
 
 def load_results(directory: Path) -> list[ResultFile]:

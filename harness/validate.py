@@ -4,7 +4,7 @@ failed, and the site shows such a figure as not measured; no code compares or ra
 
 A row's figures: `distance` (>= 0), every entry of `metrics` (speeds and judged times > 0, other figures >= 0, the few
 text entries in TEXT_METRICS as strings), `<metric>_ci` intervals ([low, high], low <= high, or null when not
-computed) and `samples` (nested lists or maps of numbers), in the row or in its metrics. Unknown numeric metrics
+computed), the flags in FLAG_METRICS as booleans, and `samples` (nested lists or maps of numbers), in the row or in its metrics. Unknown numeric metrics
 are allowed: they only have to be finite and not negative."""
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ import math
 from typing import Any
 
 TEXT_METRICS = {"mem_kind"}  # metrics that are words, not figures ("host" or "gpu" memory)
+FLAG_METRICS = {"mem_is_setting"}  # metrics that are true or false (the memory figure is a setting, not a need)
 # Zero is not a measurement of these: every speed (and its spread), and the medians of the times `check` judges.
 # Other times may be 0 (an inter-token gap when two tokens arrive in one chunk).
 POSITIVE_TIMES = {"ttft_ms", "serving_ttft_ms", "load_s"}
@@ -41,6 +42,8 @@ def figure_problem(key: str, value: Any) -> str | None:
     """Why one metric's value is not a valid figure, or None when it is."""
     if key in TEXT_METRICS:
         return None if isinstance(value, str) else f"{key} is {describe(value)}, not a word"
+    if key in FLAG_METRICS:
+        return None if isinstance(value, bool) else f"{key} is {describe(value)}, not true or false"
     if key.endswith("_ci"):
         return interval_problem(key, value)
     if key in SAMPLE_FIELDS:

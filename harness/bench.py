@@ -16,6 +16,7 @@ from harness import environment, launch
 from harness.registry import ModelEntry, checkpoint_for
 from harness.results import SCHEMA_VERSION, ResultFile, Row, write_result
 from harness.trials import combine_trials
+from harness.validate import invalid_figures
 from harness.workload import Profile, probe_ids, prompt_ids
 from runners import REFERENCE, RunnerInfo
 from runners.base import RunSpec
@@ -180,6 +181,8 @@ class RowTrials:
 
     def summarise(self) -> None:
         self.row.metrics, self.row.samples, self.row.unstable = combine_trials(self.metrics, self.samples)
+        if problems := invalid_figures(self.row):  # a NaN or an infinity measured is a broken row, not a figure to compare
+            self.row.status, self.row.reason = "failed", f"invalid figure: {'; '.join(problems)}"
 
 
 def serving_fields(info: RunnerInfo, profile: Profile, entry: ModelEntry, seed: int) -> dict:
@@ -220,7 +223,7 @@ def score_reference(settings, base_spec, scratch: Path, display: Display):
 
 
 def make_row(info: RunnerInfo, outcome: launch.ChildOutcome, work: Path, reference: Reference) -> Row:
-    row = Row(runner=info.id, label=info.label, group=info.group, peer=info.peer, status="failed")
+    row = Row(runner=info.id, label=info.label, group=info.group, peer=info.peer, quant=info.quant, status="failed")
     record = outcome.record
     if record is None:
         row.reason = outcome.failure

@@ -4,6 +4,7 @@ for regressions). A UserError is printed as one line with exit status 1; anythin
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Optional
 
@@ -60,6 +61,8 @@ def run(
     trials: Optional[int] = typer.Option(None, min=1, max=100, help="fresh processes per row, round robin over the rows (default: the profile's; default and cpu: 3, serving rows 1)"),
 ) -> None:
     """Run every requested row on MODEL, each trial in its own process, and write one result file."""
+    if timeout is not None and not (math.isfinite(timeout) and timeout > 0):
+        raise UserError(f"--timeout {timeout}: give a number of seconds above 0, e.g. --timeout 600")
     entry = get_model(model)
     device = device or ("cuda" if nvml_handles() else "cpu")
     if device not in ("cpu", "cuda"):
@@ -97,8 +100,10 @@ def check(
         memory=defaults.memory if threshold_memory is None else threshold_memory,
         min_seconds=defaults.min_seconds,
     )
-    if thresholds.speed < 0 or thresholds.memory < 0:
-        raise UserError("thresholds are relative changes and cannot be negative, e.g. --threshold-speed 0.05")
+    if not all(math.isfinite(t) and t >= 0 for t in (thresholds.speed, thresholds.memory)):
+        raise UserError("thresholds are relative changes: finite and not negative, e.g. --threshold-speed 0.05")
+    if json_path is not None and json_path.is_dir():
+        raise UserError(f"--json {json_path}: a directory; give a file name, e.g. {json_path / 'report.json'}")
     report = checks.check(candidate, baseline, thresholds, ratios=ratios, paired=paired or gate)
     for comparison in report.comparisons:
         console.print(checks.header(comparison), highlight=False, soft_wrap=True)
@@ -107,8 +112,11 @@ def check(
         for line in checks.finding_lines(comparison):
             console.print(line, highlight=False, soft_wrap=True)
     if json_path is not None:
-        json_path.parent.mkdir(parents=True, exist_ok=True)
-        json_path.write_text(json.dumps(report.to_json(), indent=2) + "\n")
+        try:
+            json_path.parent.mkdir(parents=True, exist_ok=True)
+            json_path.write_text(json.dumps(report.to_json(), indent=2) + "\n")
+        except OSError as e:
+            raise UserError(f"--json {json_path}: cannot be written ({e.strerror})") from None
     console.print(checks.verdict(report), highlight=False, soft_wrap=True)
     if not report.passed:
         raise typer.Exit(1)
@@ -135,7 +143,10 @@ def site_command(
     """Render the result files as a static website that works offline (open OUT/index.html)."""
     from harness.site import build_site
 
-    pages = build_site(results, out)
+    def warn(message: str) -> None:
+        console.print(f"[yellow]warning:[/] {message}", highlight=False, soft_wrap=True)
+
+    pages = build_site(results, out, warn)
     console.print(f"{len(pages)} page(s) written; open {pages[0]}")
 
 

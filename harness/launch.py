@@ -63,7 +63,7 @@ def run_child(spec: RunSpec, timeout_s: float, on_progress: Callable[[str], None
                 except subprocess.TimeoutExpired:
                     kill_tree(child)
                     timed_out = True
-        except BaseException:  # Ctrl-C in the parent: never leave a child behind
+        except BaseException:  # Ctrl-C or SIGTERM (run_cli raises it as Ctrl-C) in the parent: never leave a child behind
             kill_tree(child)
             raise
         reader.join(timeout=5)
@@ -72,6 +72,8 @@ def run_child(spec: RunSpec, timeout_s: float, on_progress: Callable[[str], None
     record, failure = None, None
     if timed_out:
         failure = f"timed out after {timeout_s:.0f} s; stderr tail: {tail(stderr_path)}"
+    elif child.returncode < 0:  # ended by a signal: the out-of-memory killer's SIGKILL, someone's SIGTERM
+        failure = f"killed by {signal_name(-child.returncode)}; stderr tail: {tail(stderr_path)}"
     elif child.returncode != 0:
         failure = f"exit status {child.returncode}; stderr tail: {tail(stderr_path)}"
     elif not record_path.exists():
@@ -80,6 +82,13 @@ def run_child(spec: RunSpec, timeout_s: float, on_progress: Callable[[str], None
         record = json.loads(record_path.read_text())
     peak_rss = max(memory.peak_rss, (record or {}).get("child_max_rss_bytes", 0))
     return ChildOutcome(record, failure, seconds, peak_rss, memory.peak_gpu, bool(memory.handles))
+
+
+def signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
 
 
 def relay_progress(stream, log, on_progress: Callable[[str], None]) -> None:

@@ -29,6 +29,7 @@ class Row(BaseModel):
     reason: str | None = None  # why skipped or failed (stderr tail for a crash)
     peer: str | None = None  # the runner id of the stack this row replaces
     distance: float | None = None  # max |logits - reference logits|; None when not compared
+    quant: str | None = None  # how the weights are stored when not in the run's dtype ("f16", "q8_0"); see check.py
     notes: list[str] = Field(default_factory=list)
     metrics: dict[str, Any] = Field(default_factory=dict)  # ttft_ms, decode_tok_s, ... with *_min/*_max and *_ci
     # Schema 2: every timed value, {metric: [[run values of trial 1], [trial 2], ...]}; empty in version 1 files.
@@ -75,27 +76,36 @@ def load_result(path: Path) -> ResultFile:
         data = json.loads(path.read_text())
     except FileNotFoundError:
         raise UserError(f"{path}: no such result file") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise UserError(f"{path}: not a JSON result file ({e})") from None
+    except IsADirectoryError:
+        raise UserError(f"{path}: a directory, not a result file") from None
+    except OSError as e:
+        raise UserError(f"{path}: cannot be read ({e.strerror})") from None
+    except RecursionError:
+        raise UserError(f"{path}: not a result file (JSON nested too deep)") from None
+    except (ValueError, UnicodeDecodeError) as e:  # JSONDecodeError, or an integer of more than 4300 digits
+        raise UserError(f"{path}: not a JSON result file ({str(e).splitlines()[0][:200]})") from None
     if not isinstance(data, dict) or "schema_version" not in data:
         raise UserError(f"{path}: not a result file (no schema_version)")
     version = data["schema_version"]
     if version not in READABLE_VERSIONS:
         raise UserError(
-            f"{path}: result schema version {version!r} is not known to this Linnet Bench (it reads versions "
-            f"{', '.join(map(str, READABLE_VERSIONS))}); re-run `linnet-bench run {data.get('model', 'MODEL')}` or use a matching release"
+            f"{path}: result schema version {repr(version)[:20]} is not known to this Linnet Bench (it reads versions "
+            f"{', '.join(map(str, READABLE_VERSIONS))}); re-run `linnet-bench run {str(data.get('model', 'MODEL'))[:100]}` "
+            "or use a matching release"
         )
     try:
         return ResultFile.model_validate(data)
     except ValidationError as e:
         first = e.errors()[0]
-        where = ".".join(str(p) for p in first["loc"])
-        raise UserError(f"{path}: malformed result file: {where}: {first['msg']}") from None
+        where = ".".join(str(p) for p in first["loc"])[:200]
+        raise UserError(f"{path}: malformed result file: {where}: {first['msg'][:200]}") from None
+    except RecursionError:  # pydantic walking a field nested thousands deep
+        raise UserError(f"{path}: not a result file (a field nested too deep)") from None
 
 
 def result_paths(directory: Path) -> list[Path]:
     """The result files under a directory: results/<model>/<run-id>.json, sorted by path."""
-    return sorted(Path(directory).glob("*/*.json"))
+    return sorted(Path(directory).glob("*/*.json"))  # a directory named *.json too: load_result says what it is
 
 
 def load_results(directory: Path) -> list[ResultFile]:

@@ -4,6 +4,7 @@ a real traceback."""
 
 from __future__ import annotations
 
+import math
 import time
 from pathlib import Path
 from typing import Optional
@@ -103,15 +104,30 @@ def serve(
     dtype: str = typer.Option("f32", help="f32, f16 or bf16"),
     device: Optional[str] = typer.Option(None, help="cpu or cuda (default: cuda when NVML sees a GPU)"),
     mode: Optional[str] = typer.Option(None, help="the backend's variant, e.g. torch eager, inductor or cudagraphs"),
+    api_key: Optional[str] = typer.Option(None, envvar="LINNET_API_KEY", show_envvar=True,
+                                          help="require `Authorization: Bearer KEY` on every route but /health"),
+    allow_unauthenticated: bool = typer.Option(False, "--allow-unauthenticated",
+                                               help="serve beyond loopback without --api-key (anyone who can reach it)"),
+    request_timeout: float = typer.Option(30.0, help="seconds a client may take to send a request's headers or body"),
 ) -> None:
     """Serve MODEL over an OpenAI-compatible HTTP API (POST /v1/completions, GET /v1/models, GET /health)."""
     from harness.memory import nvml_handles
+    from linnet_core.serve.guard import is_loopback
     from linnet_core.serve.server import ServerSettings, run_server
 
+    if not is_loopback(host):
+        if not api_key and not allow_unauthenticated:
+            raise UserError(f"--host {host} serves beyond this machine: give --api-key KEY (or set LINNET_API_KEY), "
+                            "or --allow-unauthenticated to serve anyone who can reach it")  # fmt: skip
+        console.print(f"[yellow]warning:[/] listening on {host}, beyond loopback: other machines can reach this server"
+                      + ("" if api_key else ", and without an API key anyone of them can use it"), highlight=False)  # fmt: skip
+    if not (math.isfinite(request_timeout) and request_timeout > 0):
+        raise UserError(f"--request-timeout {request_timeout}: give a number of seconds above 0")
     check_dtype_device(dtype, device)
     entry, ckpt = resolve(model, weights)
     settings = ServerSettings(entry.id, ckpt, backend, rows, positions, max_waiting, dtype,
-                              device or ("cuda" if nvml_handles() else "cpu"), mode, host, port)  # fmt: skip
+                              device or ("cuda" if nvml_handles() else "cpu"), mode, host, port, api_key or None,
+                              request_timeout)  # fmt: skip
     run_server(settings, on_ready=lambda line: console.print(line, highlight=False, soft_wrap=True))
 
 

@@ -6,11 +6,22 @@ class UserError(Exception):
 
 
 def run_cli(app, console) -> None:
-    """Runs a typer app as a console script: click reports its own usage errors; a UserError is one line, exit 1."""
+    """Runs a typer app as a console script: click reports its own usage errors; a UserError is one line, exit 1.
+    SIGTERM is handled as Ctrl-C (KeyboardInterrupt), so that `kill`, a CI timeout or a container stop end children,
+    remove temporary files and keep partial results exactly as Ctrl-C does; either ends with exit status 130."""
+    import signal
     import sys
 
+    signal.signal(signal.SIGTERM, sigterm_as_ctrl_c)
     try:
         app()
     except UserError as e:
         console.print(f"[red]error:[/] {e}", highlight=False, soft_wrap=True)
         sys.exit(1)
+    except KeyboardInterrupt:
+        console.print("[yellow]interrupted[/]", highlight=False)
+        sys.exit(130)
+
+
+def sigterm_as_ctrl_c(signum, frame) -> None:
+    raise KeyboardInterrupt

@@ -19,6 +19,7 @@ class RunnerInfo:
     group: str  # one of GROUPS
     peer: str | None = None  # the runner id of the stack this row replaces
     kind: Literal["single", "serving"] = "single"  # single-request protocol or the serving workload
+    quant: str | None = None  # how its weights are stored when not in the run's dtype ("f16", "q8_0"): its tolerance
 
     def __post_init__(self):
         assert self.group in GROUPS, self.group
@@ -44,8 +45,8 @@ RUNNERS: dict[str, RunnerInfo] = {
         RunnerInfo("vllm", "runners.vllm_offline", "vLLM", "LLM engines"),
         RunnerInfo("vllm-linnet-export", "runners.vllm_linnet_export", "vLLM on Linnet's export", "LLM engines", peer="vllm"),
         RunnerInfo("llamacpp-linnet-gguf", "runners.llamacpp_linnet_gguf", "llama.cpp on Linnet's GGUF", "LLM engines"),
-        RunnerInfo("llamacpp-linnet-gguf-f16", "runners.llamacpp_linnet_gguf:F16Runner", "llama.cpp on Linnet's GGUF, f16", "LLM engines"),
-        RunnerInfo("llamacpp-linnet-gguf-q8_0", "runners.llamacpp_linnet_gguf:Q8Runner", "llama.cpp on Linnet's GGUF, q8_0", "LLM engines"),
+        RunnerInfo("llamacpp-linnet-gguf-f16", "runners.llamacpp_linnet_gguf:F16Runner", "llama.cpp on Linnet's GGUF, f16", "LLM engines", quant="f16"),
+        RunnerInfo("llamacpp-linnet-gguf-q8_0", "runners.llamacpp_linnet_gguf:Q8Runner", "llama.cpp on Linnet's GGUF, q8_0", "LLM engines", quant="q8_0"),
         RunnerInfo("serve-vllm", "runners.serve_vllm", "vLLM", "Serving many requests", kind="serving"),
         RunnerInfo("serve-linnet-cudagraphs", "runners.serve_linnet:CudaGraphs", "linnet.serve, CUDA graphs", "Serving many requests", "serve-vllm", "serving"),
         RunnerInfo("serve-linnet-xla", "runners.serve_linnet:Xla", "linnet.serve, XLA", "Serving many requests", "serve-vllm", "serving"),

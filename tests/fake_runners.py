@@ -49,3 +49,13 @@ class CrashOnTrial2(Counting):
         if self.spec.work_dir.endswith("trial-2"):
             raise RuntimeError("planted crash in trial 2")
         super().load()
+
+
+class Killed(Counting):
+    """Dies by a signal, as the kernel's out-of-memory killer ends a process."""
+
+    def load(self):
+        import os
+        import signal
+
+        os.kill(os.getpid(), signal.SIGKILL)

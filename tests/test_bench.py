@@ -3,8 +3,13 @@
 from __future__ import annotations
 
 import _thread
+import os
 import signal
+import subprocess
+import sys
 import threading
+import time
+from pathlib import Path
 
 import pytest
 
@@ -13,6 +18,7 @@ from harness.results import load_result
 from harness.workload import get_profile
 from runners import RUNNERS, RunnerInfo
 
+ROOT = Path(__file__).resolve().parent.parent
 PROTOCOL_FIELDS = [
     "ttft_ms", "ttft_ms_min", "ttft_ms_max", "decode_tok_s", "decode_tok_s_min", "decode_tok_s_max",
     "load_s", "first_call_s", "peak_mem_gib", "mem_kind", "runs", "warmups",
@@ -139,3 +145,87 @@ def test_trials_run_round_robin_keep_every_sample_and_summarise_them(tiny, tmp_p
     assert m["decode_tok_s_min"] == min(every) and m["decode_tok_s_max"] == max(every)
     assert m["decode_tok_s_min"] <= m["decode_tok_s_ci"][0] <= m["decode_tok_s"] <= m["decode_tok_s_ci"][1] <= m["decode_tok_s_max"]
     assert "peak_mem_gib_ci" in m and m["mem_kind"] == "host"
+
+
+# ---- signals and bad options ----------------------------------------------------------------------------------------
+
+
+def test_a_child_killed_by_a_signal_is_a_failed_row_that_names_the_signal(tiny, tmp_path):
+    result = load_result(run_bench(settings(tiny, tmp_path, [fake("killed", "Killed")], timeout_s=60)))
+    [row] = result.rows
+    assert row.status == "failed" and row.reason.startswith("killed by SIGKILL"), row.reason
+
+
+def test_a_row_whose_figures_are_invalid_is_failed():
+    from harness.bench import Reference, RowTrials, make_row
+    from harness.launch import ChildOutcome
+
+    record = {"status": "ok", "metrics": {"decode_tok_s": float("inf"), "ttft_ms": 1.0}, "has_logits": False}
+    outcome = ChildOutcome(record, None, 1.0, 2**20, 0, False)
+    row = RowTrials(make_row(fake("x", "Counting"), outcome, Path("."), Reference())).row  # as run_trials summarises it
+    assert row.status == "failed" and "invalid figure" in row.reason and "decode_tok_s" in row.reason
+
+
+# A launcher for `linnet-bench` with the fake runners registered: the real command line, runners that hang.
+BENCH_WITH_FAKES = """
+import sys
+from runners import RUNNERS, RunnerInfo
+for name, cls in (("counting", "Counting"), ("hang", "Hang")):
+    RUNNERS[name] = RunnerInfo(name, f"tests.fake_runners:{cls}", name, "PyTorch")
+from harness.cli import main
+sys.argv = ["linnet-bench", *sys.argv[1:]]
+main()
+"""
+
+
+def processes_mentioning(text: str) -> list[int]:
+    """Process ids whose command line contains text (the children of a run name their scratch files)."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        try:
+            if proc.name.isdigit() and text in (proc / "cmdline").read_bytes().decode(errors="replace"):
+                found.append(int(proc.name))
+        except OSError:
+            pass
+    return found
+
+
+def test_sigterm_to_a_run_ends_its_child_removes_its_scratch_and_keeps_the_rows(tiny, tmp_path):
+    scratch_root = tmp_path / "tmp"
+    scratch_root.mkdir()
+    env = {**os.environ, "TMPDIR": str(scratch_root), "PYTHONPATH": str(ROOT)}
+    command = [sys.executable, "-c", BENCH_WITH_FAKES, "run", "qwen2-tiny", "--runner", "counting", "--runner", "hang",
+               "--profile", "quick", "--timeout", "600", "--out", str(tmp_path / "results")]  # fmt: skip
+    parent = subprocess.Popen(command, env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 180
+        while not list(scratch_root.glob("linnet-bench-*/hang/**/spec.json")):
+            assert parent.poll() is None, parent.communicate()  # the run ended early: show why
+            assert time.monotonic() < deadline, "the hanging row's child never started"
+            time.sleep(0.2)
+        [scratch] = scratch_root.glob("linnet-bench-*")
+        deadline = time.monotonic() + 60
+        while not processes_mentioning(str(scratch / "hang")):  # the child has started
+            assert time.monotonic() < deadline
+            time.sleep(0.2)
+        parent.send_signal(signal.SIGTERM)
+        out, err = parent.communicate(timeout=60)
+    finally:
+        if parent.poll() is None:
+            parent.kill()
+    assert parent.returncode == 130, out + err
+    assert "Traceback" not in err, err
+    assert not scratch.exists() and processes_mentioning(str(scratch)) == []
+    [path] = (tmp_path / "results").glob("qwen2-tiny/*.json")
+    result = load_result(path)
+    assert not result.complete and [r.runner for r in result.rows] == ["counting"]
+
+
+@pytest.mark.parametrize("value", ["0", "-5", "nan", "inf", "-inf"])
+def test_a_timeout_that_is_not_a_positive_finite_number_is_a_one_line_error(value, tmp_path):
+    out = subprocess.run([sys.executable, "-m", "harness.cli", "run", "qwen2-tiny", "--runner", "transformers",
+                          "--timeout", value, "--out", str(tmp_path)], capture_output=True, text=True, cwd=ROOT,
+                         timeout=120)  # fmt: skip
+    assert out.returncode == 1 and "Traceback" not in out.stderr, out.stderr[-2000:]
+    lines = out.stdout.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: --timeout"), out.stdout

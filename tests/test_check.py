@@ -19,6 +19,7 @@ from linnet_core.errors import UserError
 from runners import REFERENCE, RUNNERS
 
 ROOT = Path(__file__).resolve().parent.parent
+COMMITTED_TINY = ROOT / "results" / "qwen2-tiny" / "20261202T203607Z.json"  # every row, schema 1
 
 
 def metrics(decode=50.0, ttft=40.0, load=4.0, mem=0.5, spread=0.02) -> dict:
@@ -539,3 +540,152 @@ def test_the_gate_script_fails_a_wrong_answer_at_once(tmp_path):
     out, runs = gate_script(tmp_path, gate_trials(3, 0), gate_trials(3, 0, distance=1.0))
     assert out.returncode == 1, out.stdout + out.stderr
     assert len(runs) == 2 and "FAIL at once" in out.stdout and "linnet-torch distance" in out.stdout
+
+
+# ---- hostile figures ------------------------------------------------------------------------------------------------
+
+
+def write_raw(path: Path, result: ResultFile, change=lambda data: None) -> Path:
+    """Writes a result file as a hostile or broken producer might: json.dumps keeps NaN and Infinity literally."""
+    data = json.loads(result.model_dump_json())
+    change(data)
+    path.write_text(json.dumps(data))
+    return path
+
+
+def compare_raw(tmp_path, change, baseline_change=lambda data: None, **kw):
+    cand = write_raw(tmp_path / "candidate.json", run(*baseline_rows(), run_id="r2"), change)
+    base = write_raw(tmp_path / "baseline.json", run(*baseline_rows()), baseline_change)
+    return check(cand, base, **kw)
+
+
+def set_row(runner: str, **fields):
+    def change(data):
+        row = next(r for r in data["rows"] if r["runner"] == runner)
+        for key, value in fields.items():
+            if key in ("distance", "samples"):
+                row[key] = value
+            else:
+                row["metrics"][key] = value
+
+    return change
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [{"distance": float("nan")}, {"distance": float("inf")}, {"distance": -1.0}, {"decode_tok_s": float("nan")},
+     {"decode_tok_s": 0.0}, {"decode_tok_s": -5.0}, {"decode_tok_s": float("inf")}, {"decode_tok_s": None},
+     {"decode_tok_s": "fast"}, {"decode_tok_s": [1, 2]}, {"ttft_ms": float("-inf")}, {"ttft_ms_max": float("nan")},
+     {"peak_mem_gib": -0.5}, {"decode_tok_s_ci": [1.0, float("nan")]}, {"decode_tok_s_ci": "wide"},
+     {"samples": {"decode_tok_s": [[1.0, float("nan")]]}}, {"samples": {"decode_tok_s": [[1.0, -2.0]]}}],
+)  # fmt: skip
+def test_an_invalid_figure_in_the_candidate_is_a_regression(tmp_path, fields):
+    report = compare_raw(tmp_path, set_row("transformers-compiled", **fields))
+    assert not report.passed
+    assert ("transformers-compiled", "figures") in regressions(report), report.findings("regression")
+    assert "invalid figure" in report.findings("regression")[0].message
+
+
+def test_an_invalid_figure_in_the_baseline_fails_too(tmp_path):
+    report = compare_raw(tmp_path, lambda data: None, set_row("transformers-compiled", decode_tok_s=float("nan")))
+    assert ("transformers-compiled", "figures") in regressions(report)
+
+
+def test_valid_samples_and_intervals_are_accepted(tmp_path):
+    extra = set_row("transformers-compiled", samples={"decode_tok_s": [[20.0, 21.0], [19.5]]}, decode_tok_s_ci=[19.0, 21.0])
+    assert compare_raw(tmp_path, extra, extra).passed
+
+
+@pytest.mark.parametrize("samples", ["many", [[1.0, 2.0]], {"decode_tok_s": "fast"}, {"decode_tok_s": [["x"]]}])
+def test_samples_not_of_the_schema_s_shape_are_a_one_line_error(tmp_path, samples):
+    with pytest.raises(UserError, match=r"candidate.json: malformed result file: rows\.\d+\.samples"):
+        compare_raw(tmp_path, set_row("transformers-compiled", samples=samples))
+
+
+@pytest.mark.parametrize("value", [float("nan"), 0.0, -5.0, None, "x"])
+def test_the_gate_fails_when_the_reference_figure_is_invalid(tmp_path, value):
+    def slow_and_broken_reference(data):
+        rows = {r["runner"]: r for r in data["rows"]}
+        rows[REFERENCE]["metrics"]["decode_tok_s"] = value
+        for runner, r in rows.items():
+            if runner != REFERENCE:
+                r["metrics"].update(decode_tok_s=10.0, decode_tok_s_min=10.0, decode_tok_s_max=10.0)
+
+    data = json.loads(load_result(COMMITTED_TINY).model_dump_json())
+    slow_and_broken_reference(data)
+    data["machine"] = {"cpu": "a CI machine"}
+    (tmp_path / "candidate.json").write_text(json.dumps(data))
+    report = check(tmp_path / "candidate.json", COMMITTED_TINY, GATE_THRESHOLDS, ratios=True)
+    assert not report.passed
+    messages = [f.message for f in report.findings("regression")]
+    assert any("reference figure invalid" in m for m in messages), messages
+
+
+def test_the_committed_results_pass_against_themselves():
+    for path in sorted((ROOT / "results" / "qwen2-tiny").glob("*.json")):
+        report = check(path, path)
+        assert report.passed, (path, report.findings("regression"))
+
+
+def test_quantized_rows_get_their_quantizations_bound():
+    assert tolerance("llamacpp-linnet-gguf-q8_0", "f32", "qwen2-tiny") >= 1.05  # measured: results/qwen2-tiny
+    assert tolerance("llamacpp-linnet-gguf-f16", "f32", "qwen2-tiny") == TOLERANCES["f16"]
+    assert tolerance("some-row", "f32", "qwen2-tiny", quant="q8_0") == tolerance("llamacpp-linnet-gguf-q8_0", "f32")
+    assert tolerance("some-row", "f32", "qwen2-tiny", quant="f16") == TOLERANCES["f16"]
+    assert RUNNERS["llamacpp-linnet-gguf-q8_0"].quant == "q8_0" and RUNNERS["llamacpp-linnet-gguf-f16"].quant == "f16"
+    assert RUNNERS["linnet-torch"].quant is None
+
+
+def test_a_quantized_row_far_from_the_reference_still_fails(tmp_path):
+    base = run(row(REFERENCE), row("llamacpp-linnet-gguf-q8_0", distance=1.0))
+    cand = run(row(REFERENCE), row("llamacpp-linnet-gguf-q8_0", distance=10.0))
+    assert regressions(compare(tmp_path, cand, base)) == {("llamacpp-linnet-gguf-q8_0", "distance")}
+
+
+BROKEN_FILES = {
+    "deep nesting": lambda base: "[" * 100_000 + "]" * 100_000,
+    "deep nesting in a field": lambda base: base.replace('"machine": {', '"machine": {"x": ' + "[" * 100_000 + "]" * 100_000 + ",", 1),
+    "a 5000-digit integer": lambda base: base.replace('"decode_tok_s": 50.0', '"decode_tok_s": ' + "9" * 5000, 1),
+    "null": lambda base: "null",
+    "a string": lambda base: '"a result"',
+    "empty": lambda base: "",
+    "binary": lambda base: "\xff\xfe",
+    "rows not a list": lambda base: base.replace('"rows": [', '"rows": 5, "x": [', 1),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("name", BROKEN_FILES)
+def test_broken_files_are_one_line_errors_on_the_cli(tmp_path, name):
+    write_result(run(*baseline_rows()), tmp_path / "base.json")
+    text = BROKEN_FILES[name](json.dumps(json.loads((tmp_path / "base.json").read_text())))
+    (tmp_path / "bad.json").write_bytes(b"\xff\xfe" if name == "binary" else text.encode())
+    out = cli("check", tmp_path / "bad.json", "--baseline", tmp_path / "base.json")
+    assert out.returncode == 1, out
+    assert "Traceback" not in out.stderr, out.stderr[-2000:]
+    lines = out.stdout.strip().splitlines()
+    assert len(lines) == 1 and "bad.json" in lines[0] and lines[0].startswith("error:"), out.stdout[-2000:]
+
+
+@pytest.mark.parametrize("value", ["null", '"fast"', "[1, 2]", "NaN", "-Infinity"])
+def test_a_null_or_non_number_metric_fails_the_check_without_a_traceback(tmp_path, value):
+    write_result(run(*baseline_rows()), tmp_path / "base.json")
+    text = (tmp_path / "base.json").read_text().replace('"decode_tok_s": 20.0', f'"decode_tok_s": {value}', 1)
+    assert text != (tmp_path / "base.json").read_text()
+    (tmp_path / "bad.json").write_text(text)
+    out = cli("check", tmp_path / "bad.json", "--baseline", tmp_path / "base.json")
+    assert out.returncode == 1 and "Traceback" not in out.stderr, out.stderr[-2000:]
+    assert "invalid figure" in out.stdout and out.stdout.strip().splitlines()[-1].startswith("FAIL")
+
+
+def test_json_report_pointing_at_a_directory_is_a_one_line_error(tmp_path):
+    write_result(run(*baseline_rows()), tmp_path / "base.json")
+    out = cli("check", tmp_path / "base.json", "--baseline", tmp_path / "base.json", "--json", tmp_path)
+    assert out.returncode == 1 and "Traceback" not in out.stderr, out.stderr[-2000:]
+    last = out.stdout.strip().splitlines()[-1]
+    assert last.startswith("error:") and str(tmp_path) in last, out.stdout
+
+
+def test_a_directory_named_like_a_result_file_is_skipped_in_directory_mode(tmp_path):
+    write_result(run(*baseline_rows()), tmp_path / "runs" / "base.json")
+    (tmp_path / "runs" / "odd.json").mkdir()
+    assert check(tmp_path / "runs", tmp_path / "runs" / "base.json").passed

@@ -6,26 +6,71 @@
     OUT/assets/                     style.css, site.js and plotly.min.js (copied from the plotly package: no CDN)
 
 The results are loaded once into one context (context.py), turned into page objects (pages.py), and rendered by
-jinja2 templates from site_templates/ that only place what the page objects hold."""
+jinja2 templates from site_templates/ that only place what the page objects hold. The site is rendered into a
+temporary directory beside OUT and swapped in whole: a failure mid-render leaves the previous site as it was."""
 
 from __future__ import annotations
 
+import os
 import shutil
+import tempfile
 from pathlib import Path
+from typing import Callable
 
 import jinja2
 import plotly.offline
 
 from harness.site.context import load_context
 from harness.site.pages import data_file, index_entry, model_page
+from linnet_core.errors import UserError
 
 TEMPLATES = Path(__file__).resolve().parents[2] / "site_templates"
 
 
-def build_site(results_dir: Path, out_dir: Path) -> list[Path]:
-    """Renders every model with results; returns the pages written, the index first."""
-    context = load_context(results_dir)
+def build_site(results_dir: Path, out_dir: Path, warn: Callable[[str], None] = lambda message: None) -> list[Path]:
+    """Renders every model with results; returns the pages written, the index first. Files that cannot be shown
+    are skipped and told to `warn`, one line each."""
+    context = load_context(results_dir, warn)
     out = Path(out_dir)
+    check_replaceable(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.rendering-"))
+    try:
+        os.chmod(staging, 0o755)  # mkdtemp makes it private; a website is for everyone to read
+        pages = render(context, staging)
+        swap(staging, out)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return [out / page.relative_to(staging) for page in pages]
+
+
+def check_replaceable(out: Path) -> None:
+    """OUT is replaced whole: only when it is new, empty, or a site (index.html and assets/), never a user's files."""
+    if out.is_symlink() or (out.exists() and not out.is_dir()):
+        raise UserError(f"--out {out}: not a directory; give a directory for the website")
+    if out.is_dir() and any(out.iterdir()) and not ((out / "index.html").is_file() and (out / "assets").is_dir()):
+        raise UserError(f"--out {out}: not a site rendered here (no index.html and assets/), and it would be replaced "
+                        "whole; give a new or empty directory")  # fmt: skip
+
+
+def swap(staging: Path, out: Path) -> None:
+    """Puts the rendered site in OUT's place; the old one is moved aside first and removed after."""
+    if not out.exists():
+        os.rename(staging, out)
+        return
+    old = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.old-"))
+    os.rename(out, old / out.name)
+    try:
+        os.rename(staging, out)
+    except BaseException:
+        os.rename(old / out.name, out)
+        raise
+    finally:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def render(context, out: Path) -> list[Path]:
     env = environment()
     copy_assets(out / "assets")
     written, entries = [], []

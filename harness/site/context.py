@@ -7,12 +7,14 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 from harness.registry import MODELS, ModelEntry, get_model
 from harness.results import ResultFile, load_result, result_paths
+from harness.validate import invalid_figures, is_number, valid_metrics
 from linnet_core.errors import UserError
 
-PLAIN_NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]*")  # a model id that is safe as a file name
+PLAIN_NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]{0,99}")  # a model id that is safe as a file name (and not long)
 
 
 @dataclass(frozen=True)
@@ -60,22 +62,45 @@ def machine_name(result: ResultFile) -> str:
     return f"{m.get('cpu') or 'unknown CPU'}{cores}"
 
 
-def load_context(results_dir: Path) -> SiteContext:
-    """Reads every results/<model>/<run-id>.json once; a one-line error for a missing directory or a bad file."""
+def load_context(results_dir: Path, warn: Callable[[str], None] = lambda message: None) -> SiteContext:
+    """Reads every results/<model>/<run-id>.json once; a one-line error for a missing directory. A file that cannot
+    be shown (not a result file, an unknown version, a model id that cannot name a file) is skipped with a warning
+    naming it and why; invalid figures of a file that can are shown as not measured, with a warning."""
     results_dir = Path(results_dir)
     if not results_dir.is_dir():
         raise UserError(f"{results_dir}: no such results directory; run `linnet-bench run MODEL` first")
-    runs = sorted((LoadedRun(p, load_result(p)) for p in result_paths(results_dir)), key=lambda r: r.result.created_at)
+    runs = []
+    for path in result_paths(results_dir):
+        try:
+            runs.append(LoadedRun(path, shown(path, load_result(path), warn)))
+        except UserError as e:
+            warn(f"skipped {e}")
     per_model: dict[str, list[LoadedRun]] = {}
-    for run in runs:
-        if not PLAIN_NAME.fullmatch(run.result.model):  # it names files of the site
-            raise UserError(f"{run.path}: model {run.result.model!r} is not a plain name (letters, digits, . _ -)")
+    for run in sorted(runs, key=lambda r: r.result.created_at):
         per_model.setdefault(run.result.model, []).append(run)
     models = [ModelRuns(model, registry_entry(model), tuple(model_runs)) for model, model_runs in per_model.items()]
     order = list(MODELS)
     return SiteContext(
         tuple(sorted(models, key=lambda m: (order.index(m.entry.id) if m.entry else len(order), m.model)))
     )
+
+
+def shown(path: Path, result: ResultFile, warn: Callable[[str], None]) -> ResultFile:
+    """The result as the site shows it: a model id that can name a file, and no invalid figure (a NaN, an infinity,
+    a zero speed, a string) left to chart or rank."""
+    if not PLAIN_NAME.fullmatch(result.model):  # it names files of the site
+        raise UserError(f"{path}: model {result.model[:60]!r} is not a plain name (letters, digits, . _ -, at most 100)")
+    problems, rows = [], []
+    for row in result.rows:
+        if found := invalid_figures(row):
+            problems += [f"{row.runner[:60]}: {p}" for p in found]
+            distance = row.distance if is_number(row.distance) and row.distance >= 0 else None
+            row = row.model_copy(update={"metrics": valid_metrics(row.metrics), "distance": distance})
+        rows.append(row)
+    if problems:
+        more = f" and {len(problems) - 3} more" if len(problems) > 3 else ""
+        warn(f"{path}: invalid figures shown as not measured: {'; '.join(problems[:3])}{more}")
+    return result.model_copy(update={"rows": rows})
 
 
 def registry_entry(model: str) -> ModelEntry | None:

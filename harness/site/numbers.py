@@ -14,8 +14,8 @@ MINUS = "−"  # U+2212, as the published page writes a negative change
 
 
 def figure(value: float | None) -> str:
-    """A measured value without its unit: 12.4, 7.03, 0.83, 189, 1,055; a dash for None."""
-    if value is None:
+    """A measured value without its unit: 12.4, 7.03, 0.83, 189, 1,055; a dash for None, NaN or an infinity."""
+    if value is None or not math.isfinite(value):
         return DASH
     if value < 0:
         return MINUS + figure(-value)
@@ -30,8 +30,8 @@ def figure(value: float | None) -> str:
 
 
 def with_unit(value: float | None, unit: str) -> str:
-    """12.4 ms, 1,055 tok/s; a bare dash for None."""
-    return DASH if value is None else f"{figure(value)} {unit}"
+    """12.4 ms, 1,055 tok/s; a bare dash for None, NaN or an infinity."""
+    return DASH if value is None or not math.isfinite(value) else f"{figure(value)} {unit}"
 
 
 def spread(low: float | None, high: float | None, unit: str) -> str | None:
@@ -43,16 +43,22 @@ def spread(low: float | None, high: float | None, unit: str) -> str | None:
 
 def distance(value: float | None) -> str:
     """Distance from the reference: three significant figures (0.191, 5.98, 0.25, 1.2e-05)."""
-    return "not compared" if value is None else f"{value:.3g}"
+    if value is None:
+        return "not compared"
+    return f"{value:.3g}" if math.isfinite(value) else DASH
 
 
 def times(ratio: float) -> str:
     """A speed ratio: 1.49×, 0.57×, 11×."""
+    if not math.isfinite(ratio):
+        return DASH
     return f"{ratio:.2f}×" if ratio < 9.995 else f"{ratio:.0f}×"
 
 
 def change(ratio: float) -> str:
     """A ratio as a signed change: +39.4%, −27.9%."""
+    if not math.isfinite(ratio):
+        return DASH
     percent = (ratio - 1) * 100
     return f"{'+' if percent >= 0 else MINUS}{abs(percent):.1f}%"
 

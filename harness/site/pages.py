@@ -225,7 +225,10 @@ def setup_line(result: ResultFile) -> str:
 def versions_line(result: ResultFile) -> str:
     """Package versions, known stacks first, then the rest, Python and the driver: "Linnet 0.1.0, PyTorch 2.14.0, …,
     Python 3.12.3, driver 580.126.09"."""
-    versions = dict(result.machine.get("versions", {}))
+    versions = result.machine.get("versions")
+    if not isinstance(versions, dict):  # a hand-written file may hold a line of text, or nothing
+        return str(versions or "")[:300]
+    versions = dict(versions)
     python = versions.pop("python", None)
     known = [f"{name} {versions.pop(key)}" for key, name in VERSION_NAMES.items() if key in versions]
     parts = known + [f"{key} {value}" for key, value in versions.items()]

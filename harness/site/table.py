@@ -86,7 +86,7 @@ def metric_cell(row: Row, metric: Metric, result: ResultFile) -> Cell:
 
 def unmeasured(row: Row) -> Unmeasured:
     """A skipped row's reason is one line; a failed one's is a stderr tail, summed up by its last line (the error)."""
-    reason = (row.reason or "no reason recorded").strip()
+    reason = (row.reason or "").strip() or "no reason recorded"
     lines = [line for line in reason.splitlines() if line.strip()]
     summary = lines[-1].strip() if row.status == "failed" else lines[0]
     return Unmeasured(row.label, row.group, row.status, summary, reason if len(lines) > 1 else None)

@@ -23,11 +23,13 @@ class SamplingParams:
 
     def __post_init__(self):
         if not isinstance(self.max_tokens, int) or self.max_tokens < 1:
-            raise UserError(f"max_tokens must be a positive integer, not {self.max_tokens!r}")
+            raise UserError(f"max_tokens must be a positive integer, not {repr(self.max_tokens)[:30]}")
         if not (math.isfinite(self.temperature) and self.temperature >= 0):
             raise UserError(f"temperature must be a number >= 0, not {self.temperature!r}")
         if not (math.isfinite(self.top_p) and 0 < self.top_p <= 1):
             raise UserError(f"top_p must be in (0, 1], not {self.top_p!r}")
+        if self.seed is not None and not (isinstance(self.seed, int) and 0 <= self.seed < 2**64):
+            raise UserError(f"seed must be an integer in [0, 2**64), not {str(self.seed)[:30]}")
 
     @property
     def greedy(self) -> bool:

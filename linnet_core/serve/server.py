@@ -31,6 +31,7 @@ from linnet_core.serve.backends import EngineSpec, make_engine
 from linnet_core.serve.client import AsyncClient, Stream
 from linnet_core.serve.config import ServeConfig
 from linnet_core.serve.engine_loop import EngineFailed, ServeEngine
+from linnet_core.serve.guard import Guard, GuardSettings, bind, settings_for, timed_protocol, url_host
 from linnet_core.serve.request import SamplingParams
 from linnet_core.serve.scheduler import QueueFull
 
@@ -48,6 +49,8 @@ class ServerSettings:
     mode: str | None = None  # the backend's variant (torch: eager | inductor | cudagraphs); None picks per device
     host: str = "127.0.0.1"  # loopback unless asked otherwise
     port: int = 8000
+    api_key: str | None = None  # when set, a bearer token every route but /health requires (guard.py)
+    request_timeout_s: float = 30.0  # the longest wait for a request's headers or the next part of its body
 
 
 class APIError(Exception):
@@ -255,7 +258,7 @@ async def complete(stream: Stream, served: Served, prompt: list[int], request: R
     return JSONResponse(completion_object(f"cmpl-{uuid.uuid4().hex}", served, [choice], usage_of(prompt, len(tokens))))
 
 
-def create_app(served: Served) -> FastAPI:
+def create_app(served: Served, guard: GuardSettings = GuardSettings()) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI):
         served.client = AsyncClient(served.engine)  # starts the engine loop, delivering to this event loop
@@ -266,6 +269,7 @@ def create_app(served: Served) -> FastAPI:
 
     app = FastAPI(title="linnet.serve", lifespan=lifespan)
     app.add_exception_handler(APIError, lambda request, e: e.response())
+    app.add_middleware(Guard, settings=guard)  # host, key, content type, body size and time: before any route
 
     @app.post("/v1/completions")
     async def completions(request: Request):
@@ -303,7 +307,11 @@ def build(settings: ServerSettings) -> Served:
     work = tempfile.TemporaryDirectory(prefix="linnet-serve-")
     spec = EngineSpec(settings.checkpoint, settings.rows, settings.positions, settings.dtype, settings.device,
                       Path(work.name), settings.mode)  # fmt: skip
-    built = make_engine(settings.backend, spec)
+    try:
+        built = make_engine(settings.backend, spec)
+    except BaseException:  # a failed build, Ctrl-C or SIGTERM: no artefacts left behind
+        work.cleanup()
+        raise
     serve_config = dataclasses.replace(serve_config, **built.serve_options)
     engine = ServeEngine(built.engine, serve_config, config.eos_token_id, name=settings.backend)
     return Served(engine, settings.model, config.vocab_size, load_tokenizer(settings.checkpoint),
@@ -311,12 +319,27 @@ def build(settings: ServerSettings) -> Served:
 
 
 def run_server(settings: ServerSettings, on_ready=print) -> None:
-    """Builds the engine, then serves until interrupted (Ctrl-C or SIGTERM: in-flight requests end first)."""
+    """Binds the port (a port in use is a one-line error before the slow build), builds the engine, says so once the
+    port is bound, then serves until Ctrl-C or SIGTERM (in-flight requests end first; the artefacts are removed)."""
     import uvicorn
 
-    served = build(settings)
-    on_ready(
-        f"linnet.serve: {settings.model} on {settings.backend} ({', '.join(served.notes) or 'default'}), "
-        f"{settings.rows} rows x {settings.positions} positions, http://{settings.host}:{settings.port}"
-    )
-    uvicorn.run(create_app(served), host=settings.host, port=settings.port, log_level="warning", access_log=False)
+    sock = bind(settings.host, settings.port)
+    served = None
+    try:
+        served = build(settings)
+        port = sock.getsockname()[1]
+        on_ready(
+            f"linnet.serve: {settings.model} on {settings.backend} ({', '.join(served.notes) or 'default'}), "
+            f"{settings.rows} rows x {settings.positions} positions, http://{url_host(settings.host)}:{port}"
+        )
+        app = create_app(served, settings_for(settings.host, settings.api_key, settings.request_timeout_s))
+        config = uvicorn.Config(app, log_level="warning", access_log=False, http=timed_protocol(settings.request_timeout_s),
+                                timeout_keep_alive=min(5, settings.request_timeout_s))  # fmt: skip
+        uvicorn.Server(config).run(sockets=[sock])
+    except KeyboardInterrupt:
+        pass  # a stop asked for (uvicorn re-raises the SIGTERM or Ctrl-C it handled): the cleanup below, exit 0
+    finally:
+        sock.close()
+        if served is not None and served.work is not None:
+            served.work.cleanup()
+

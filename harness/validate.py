@@ -1,0 +1,111 @@
+"""Which figures of a result row are valid: finite numbers where numbers belong, positive where a zero or a negative
+means nothing was measured. `check` fails a row with an invalid figure, the bench marks a row that measured one as
+failed, and the site shows such a figure as not measured; no code compares or ranks a NaN, an infinity or a string.
+
+A row's figures: `distance` (>= 0), every entry of `metrics` (speeds and judged times > 0, other figures >= 0, the few
+text entries in TEXT_METRICS as strings), `<metric>_ci` intervals ([low, high], low <= high, or null when not
+computed), the flags in FLAG_METRICS as booleans, and `samples` (nested lists or maps of numbers), in the row or in its metrics. Unknown numeric metrics
+are allowed: they only have to be finite and not negative."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+TEXT_METRICS = {"mem_kind"}  # metrics that are words, not figures ("host" or "gpu" memory)
+FLAG_METRICS = {"mem_is_setting"}  # metrics that are true or false (the memory figure is a setting, not a need)
+# Zero is not a measurement of these: every speed (and its spread), and the medians of the times `check` judges.
+# Other times may be 0 (an inter-token gap when two tokens arrive in one chunk).
+POSITIVE_TIMES = {"ttft_ms", "serving_ttft_ms", "load_s"}
+SAMPLE_FIELDS = ("samples",)  # raw timings, kept per run
+
+
+def is_number(value: Any) -> bool:
+    """A finite int or float that fits a float; bool is not a figure."""
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        return False
+    try:
+        return math.isfinite(float(value))
+    except OverflowError:  # an integer of hundreds of digits
+        return False
+
+
+def base_name(key: str) -> str:
+    """decode_tok_s_min -> decode_tok_s: the spread's ends follow their median's rule."""
+    for suffix in ("_min", "_max", "_p50", "_p90", "_p99"):
+        if key.endswith(suffix):
+            return key[: -len(suffix)]
+    return key
+
+
+def figure_problem(key: str, value: Any) -> str | None:
+    """Why one metric's value is not a valid figure, or None when it is."""
+    if key in TEXT_METRICS:
+        return None if isinstance(value, str) else f"{key} is {describe(value)}, not a word"
+    if key in FLAG_METRICS:
+        return None if isinstance(value, bool) else f"{key} is {describe(value)}, not true or false"
+    if key.endswith("_ci"):
+        return interval_problem(key, value)
+    if key in SAMPLE_FIELDS:
+        return samples_problem(key, value)
+    if not is_number(value):
+        return f"{key} is {describe(value)}, not a finite number"
+    if (base_name(key).endswith("_tok_s") or key in POSITIVE_TIMES) and value <= 0:
+        return f"{key} is {value!r}, not above 0"
+    if value < 0:
+        return f"{key} is {value!r}, below 0"
+    return None
+
+
+def interval_problem(key: str, value: Any) -> str | None:
+    if value is None:
+        return None  # not computed (too few runs)
+    if not (isinstance(value, list) and len(value) == 2 and all(is_number(v) for v in value) and value[0] <= value[1]):
+        return f"{key} is {describe(value)}, not an interval [low, high] of finite numbers"
+    return None
+
+
+def samples_problem(key: str, value: Any, depth: int = 0) -> str | None:
+    """Nested lists (or maps of lists) of finite numbers >= 0 (timed values), at most a few levels deep."""
+    if depth > 4:
+        return f"{key} is nested too deep"
+    if isinstance(value, dict):
+        items = value.values()
+    elif isinstance(value, list):
+        items = value
+    else:
+        return None if depth > 0 and is_number(value) and value >= 0 else f"{key} holds {describe(value)}, not timings (numbers >= 0)"
+    return next((p for v in items if (p := samples_problem(key, v, depth + 1))), None)
+
+
+def invalid_figures(row: Any) -> list[str]:
+    """Every invalid figure of a row (a results.Row or its dict), one phrase each: "decode_tok_s is nan, ..."."""
+    data = row if isinstance(row, dict) else row.model_dump()
+    problems = []
+    distance = data.get("distance")
+    if distance is not None and not (is_number(distance) and distance >= 0):
+        problems.append(f"distance is {describe(distance)}, not a finite number >= 0")
+    metrics = data.get("metrics")
+    if not isinstance(metrics, dict):
+        return [*problems, f"metrics is {describe(metrics)}, not a map"]
+    problems += [p for key, value in metrics.items() if (p := figure_problem(str(key), value))]
+    problems += [p for key in SAMPLE_FIELDS if key in data and (p := samples_problem(key, data[key]))]
+    return problems
+
+
+def valid_metrics(metrics: dict) -> dict:
+    """The metrics without their invalid figures: what a page may show and rank."""
+    return {k: v for k, v in metrics.items() if figure_problem(str(k), v) is None}
+
+
+def describe(value: Any) -> str:
+    """A value as a short phrase for a one-line message."""
+    if value is None:
+        return "null"
+    if isinstance(value, float):
+        return repr(value)  # nan, inf
+    if isinstance(value, (int, bool)):
+        return repr(value) if len(str(value)) < 30 else "a huge integer"
+    text = repr(value)
+    kind = type(value).__name__
+    return f"a {kind} {text[:40]}{'…' if len(text) > 40 else ''}"

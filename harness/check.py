@@ -29,8 +29,8 @@ from rich.text import Text
 
 from harness.registry import MODELS
 from harness.results import ResultFile, Row, load_result
-from linnet_core.errors import UserError
 from harness.validate import invalid_figures, is_number
+from linnet_core.errors import UserError
 from runners import REFERENCE, RUNNERS
 
 
@@ -447,7 +447,8 @@ def best_of(runs: list[ResultFile]) -> ResultFile:
 
 
 def best_row(repeats: list[Row]) -> Row:
-    bad = [r for r in repeats if r.status == "failed"] or [r for r in repeats if r.status == "skipped"]
+    bad = ([r for r in repeats if r.status == "failed" or invalid_figures(r)]  # kept whole: check then fails it
+           or [r for r in repeats if r.status == "skipped"])  # fmt: skip
     if bad:
         return bad[0].model_copy(deep=True)
     row = repeats[0].model_copy(deep=True)

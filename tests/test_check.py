@@ -4,6 +4,7 @@ the CI gate's settings on the committed baseline."""
 from __future__ import annotations
 
 import json
+import math
 import re
 import subprocess
 import sys
@@ -635,3 +636,11 @@ def test_a_directory_named_like_a_result_file_is_skipped_in_directory_mode(tmp_p
     write_result(run(*baseline_rows()), tmp_path / "runs" / "base.json")
     (tmp_path / "runs" / "odd.json").mkdir()
     assert check(tmp_path / "runs", tmp_path / "runs" / "base.json").passed
+
+
+def test_best_of_keeps_a_repeat_with_an_invalid_figure_so_that_check_fails_it(tmp_path):
+    broken = run(row(REFERENCE), row("transformers-compiled", decode=float("nan")), run_id="b")
+    best = best_of([run(row(REFERENCE), row("transformers-compiled", decode=30.0), run_id="a"), broken])
+    assert math.isnan(best.rows[1].metrics["decode_tok_s"])
+    write_raw(tmp_path / "best.json", best)
+    assert ("transformers-compiled", "figures") in regressions(check(tmp_path / "best.json", tmp_path / "best.json"))

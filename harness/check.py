@@ -8,8 +8,11 @@ A row regressed when, against the baseline:
 - otherwise (version 1 files, single trials): a speed (decode_tok_s, serving_tok_s) dropped, or a time (ttft_ms,
   serving_ttft_ms, load_s) or peak memory rose, by more than the threshold (relative to the baseline's median) AND
   outside both runs' spreads (the min..max of their timed runs): a change that the two spreads overlap on is noise;
-- its distance from the reference is above its tolerance (TOLERANCES, by the row's dtype);
-- it went from ok to failed or skipped, it vanished while ok, or a metric it had is gone.
+- its distance from the reference is above its tolerance (TOLERANCES by the row's dtype, QUANT_TOLERANCES by how its
+  weights are stored);
+- it went from ok to failed or skipped, it vanished while ok, or a metric it had is gone;
+- a figure of it in either run is invalid (harness/validate.py: NaN, infinite, a zero or negative speed, not a
+  number): such a row is never compared, and a reference figure that is invalid fails the ratio comparison.
 Improvements are the same test the other way and are reported (an out-of-date baseline is worth knowing); rows only
 the candidate has are reported as new and not judged.
 
@@ -32,8 +35,8 @@ from rich.text import Text
 from harness import stats
 from harness.registry import MODELS
 from harness.results import ResultFile, Row, load_result
-from linnet_core.errors import UserError
 from harness.validate import invalid_figures, is_number
+from linnet_core.errors import UserError
 from runners import REFERENCE, RUNNERS
 
 

@@ -10,6 +10,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from harness.validate import header_problem
 from linnet_core.errors import UserError
 
 SCHEMA_VERSION = 2
@@ -93,6 +94,8 @@ def load_result(path: Path) -> ResultFile:
             f"{', '.join(map(str, READABLE_VERSIONS))}); re-run `linnet-bench run {str(data.get('model', 'MODEL'))[:100]}` "
             "or use a matching release"
         )
+    if problem := header_problem(data):
+        raise UserError(f"{path}: malformed result file: {problem}")
     try:
         return ResultFile.model_validate(data)
     except ValidationError as e:

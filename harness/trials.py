@@ -7,6 +7,7 @@ import statistics
 
 from harness import stats
 from harness.results import ResultFile, Row
+from harness.validate import invalid_figures
 from linnet_core.errors import UserError
 
 # Figures a trial gives once (not per run): each trial's value is a sample, so they get intervals too.
@@ -52,7 +53,7 @@ def row_trials(row: Row) -> tuple[list[dict], list[dict]]:
 
 def merge_runs(runs: list[ResultFile]) -> ResultFile:
     """Runs of one suite (the same rows, workload and dtype), each one or more trials, as one run whose rows hold every
-    trial: what the gate compares. A row failed in any run is failed (a failure is never noise), and its distance is
+    trial: what the gate compares. A row failed (or with an invalid figure) in any run is kept so (a failure is never noise), and its distance is
     the largest any run measured."""
     if not runs:
         raise UserError("merge needs at least one result file")
@@ -80,7 +81,7 @@ def merge_runs(runs: list[ResultFile]) -> ResultFile:
 
 
 def merge_rows(repeats: list[Row]) -> Row:
-    failed = [r for r in repeats if r.status == "failed"]
+    failed = [r for r in repeats if r.status == "failed" or invalid_figures(r)]  # kept whole: check then fails it
     if failed or all(r.status == "skipped" for r in repeats):
         return (failed or repeats)[0].model_copy(deep=True)
     if any(r.status == "skipped" for r in repeats):  # ok in some runs, skipped in others: not the same row

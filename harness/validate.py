@@ -93,6 +93,31 @@ def invalid_figures(row: Any) -> list[str]:
     return problems
 
 
+# Fields of a result file's header that code computes with, and the types they must have when present.
+HEADER_TYPES = {
+    "protocol": {"dtype": str, "profile": str, "device": str},
+    "workload": {"prompt_tokens": int, "new_tokens": int, "batch": int, "runs": int, "warmups": int, "seed": int,
+                 "max_positions": int},
+    "machine": {"cpu": str, "gpu": str, "driver": str, "cuda": str, "cpu_cores": int},
+}  # fmt: skip
+
+
+def header_problem(data: dict) -> str | None:
+    """The first known header field of the wrong type ("protocol.dtype is a list [], not a str"), or None. None
+    stands for "not recorded" everywhere; machine.versions may be anything (the site shows what it can)."""
+    for section, fields in HEADER_TYPES.items():
+        values = data.get(section)
+        if not isinstance(values, dict):
+            continue  # the schema's own validation says so
+        for key, kind in fields.items():
+            value = values.get(key)
+            if value is not None and (not isinstance(value, kind) or isinstance(value, bool)):
+                return f"{section}.{key} is {describe(value)}, not a {'string' if kind is str else 'whole number'}"
+            if kind is int and value is not None and not 0 <= value < 2**63:
+                return f"{section}.{key} is {describe(value)}, out of range"
+    return None
+
+
 def valid_metrics(metrics: dict) -> dict:
     """The metrics without their invalid figures: what a page may show and rank."""
     return {k: v for k, v in metrics.items() if figure_problem(str(k), v) is None}

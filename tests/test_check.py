@@ -4,6 +4,7 @@ interval rule of files with trials, the CLI's exit codes and one-line errors, an
 from __future__ import annotations
 
 import json
+import math
 import re
 import subprocess
 import sys
@@ -15,6 +16,7 @@ import numpy as np
 
 from harness.check import GATE_THRESHOLDS, TOLERANCES, Thresholds, check, tolerance
 from harness.results import SCHEMA_VERSION, ResultFile, Row, load_result, write_result
+from harness.trials import merge_runs
 from linnet_core.errors import UserError
 from runners import REFERENCE, RUNNERS
 
@@ -689,3 +691,11 @@ def test_a_directory_named_like_a_result_file_is_skipped_in_directory_mode(tmp_p
     write_result(run(*baseline_rows()), tmp_path / "runs" / "base.json")
     (tmp_path / "runs" / "odd.json").mkdir()
     assert check(tmp_path / "runs", tmp_path / "runs" / "base.json").passed
+
+
+def test_merge_keeps_a_repeat_with_an_invalid_figure_so_that_check_fails_it(tmp_path):
+    broken = run(row(REFERENCE), row("transformers-compiled", decode=float("nan")), run_id="b")
+    best = merge_runs([run(row(REFERENCE), row("transformers-compiled", decode=30.0), run_id="a"), broken])
+    assert math.isnan(best.rows[1].metrics["decode_tok_s"])
+    write_raw(tmp_path / "best.json", best)
+    assert ("transformers-compiled", "figures") in regressions(check(tmp_path / "best.json", tmp_path / "best.json"))

@@ -202,15 +202,15 @@ class HeaderTimeoutH11(H11Protocol):
 
 def bind(host: str, port: int) -> socket.socket:
     """A listening socket on host:port (IPv4 or IPv6), or a one-line error."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET  # as uvicorn binds: "localhost" is IPv4
+    sock = socket.socket(family, socket.SOCK_STREAM)
     try:
-        family = socket.getaddrinfo(host.strip("[]"), port, type=socket.SOCK_STREAM)[0][0]
-        sock = socket.socket(family, socket.SOCK_STREAM)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind((host.strip("[]"), port))
         sock.listen(2048)
     except (OSError, OverflowError) as e:
+        sock.close()
         raise UserError(f"cannot listen on {host}:{port}: {getattr(e, 'strerror', None) or e}") from None
-    sock.set_inheritable(True)
     return sock
 
 

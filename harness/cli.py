@@ -96,7 +96,7 @@ def run(
                 console.print(f"result file: {path}")
             return
         with clusters.connected(cluster) as gpu:
-            paths = clusters.run_cluster(matrix(lambda: gpu), accelerator_type or [None], ClusterLines())
+            paths = clusters.run_cluster(matrix(lambda: gpu), tuple(accelerator_type or [None]), ClusterLines())
     except KeyboardInterrupt:
         console.print("[yellow]interrupted[/]: the finished rows are kept in the result file (complete: false)")
         raise typer.Exit(130)
@@ -192,30 +192,26 @@ class RichDisplay(Display):
         self.bar.update(self.task, description=f"{runner.id}: {text}")
 
     def finish(self, row):
-        self.bar.console.print(row_line(row))
+        mark = {"ok": "[green]ok[/]", "skipped": "[yellow]skipped[/]", "failed": "[red]failed[/]"}[row.status]
+        m = row.metrics
+        if row.status == "ok" and "serving_tok_s" in m:
+            detail = f"{m['serving_tok_s']:.1f} tok/s serving, TTFT {m['serving_ttft_ms']:.1f} ms"
+        elif row.status == "ok" and "decode_tok_s" in m:
+            detail = f"{m['decode_tok_s']:.1f} tok/s"
+        else:
+            detail = row.reason or ""
+        self.bar.console.print(f"{mark} {row.runner}: {detail.splitlines()[0][:160] if detail else ''}")
 
 
 class ClusterLines(clusters.ClusterDisplay):
-    """A cluster run's rows finish in any order on any machine: one line each, saying which."""
+    """A cluster run's rows finish in any order on any machine: a line each, saying which; the tables close the run."""
 
     def begin(self, result, path):
         console.print(f"[bold]{result.model}[/] · {result.protocol['dtype']} on {machine_name(result)} · writing {path}")
 
     def finish(self, result, row):
-        console.print(f"{result.model} · {machine_name(result)} · {row_line(row)}", highlight=False)
-
-
-def row_line(row: Row) -> str:
-    """ "ok linnet-torch: 1741.2 tok/s", or the status and the first line of the reason."""
-    mark = {"ok": "[green]ok[/]", "skipped": "[yellow]skipped[/]", "failed": "[red]failed[/]"}[row.status]
-    m = row.metrics
-    if row.status == "ok" and "serving_tok_s" in m:
-        detail = f"{m['serving_tok_s']:.1f} tok/s serving, TTFT {m['serving_ttft_ms']:.1f} ms"
-    elif row.status == "ok" and "decode_tok_s" in m:
-        detail = f"{m['decode_tok_s']:.1f} tok/s"
-    else:
-        detail = row.reason or ""
-    return f"{mark} {row.runner}: {detail.splitlines()[0][:160] if detail else ''}"
+        reason = f": {row.reason.splitlines()[0][:160]}" if row.reason else ""
+        console.print(f"{row.status} {result.model} · {machine_name(result)} · {row.runner}{reason}", highlight=False, markup=False)
 
 
 def short(value: float | None) -> str:

@@ -21,7 +21,10 @@ import contextlib
 import json
 import re
 import shutil
+import signal
+import socket
 import tempfile
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -57,18 +60,32 @@ def connected(address: str):
     ray = import_ray()
     owned = not ray.is_initialized()
     if owned:
+        check_reachable(address)
+        sigterm = signal.getsignal(signal.SIGTERM)
         try:
             if address == LOCAL:
                 ray.init(resources={NODE_RESOURCE: 1}, include_dashboard=False, logging_level="warning")
             else:
                 ray.init(address=address, logging_level="warning")
-        except Exception as e:  # an unreachable address, no cluster there, a version mismatch: Ray says which
+        except Exception as e:  # no cluster there, a version mismatch: Ray says which
             raise UserError(f"cannot join the Ray cluster at {address!r}: {str(e).strip().splitlines()[0]}") from None
+        if sigterm is not None and threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGTERM, sigterm)  # ray.init's handler exits at once; SIGTERM ends a run as Ctrl-C does
     try:
         yield ray.cluster_resources().get("GPU", 0) > 0
     finally:
         if owned:
             ray.shutdown()
+
+
+def check_reachable(address: str) -> None:
+    """A HOST:PORT nobody answers at is a one-line error: Ray itself would retry for minutes."""
+    host, _, port = address.removeprefix("ray://").rpartition(":")
+    if host and port.isdigit():
+        try:
+            socket.create_connection((host, int(port)), timeout=10).close()
+        except OSError as e:
+            raise UserError(f"cannot reach the Ray cluster at {address!r} ({e}); is `ray start --head` running there?") from None
 
 
 @dataclass

@@ -160,3 +160,11 @@ def test_without_ray_the_cluster_flag_says_how_to_install_it(tmp_path):
 def test_accelerator_types_need_a_cluster():
     out = CliRunner().invoke(app, ["run", "qwen2-tiny", "--accelerator-type", "H100"])
     assert isinstance(out.exception, UserError) and "give --cluster too" in str(out.exception)
+
+
+def test_an_address_nobody_answers_at_is_one_line(tmp_path):
+    out = subprocess.run([sys.executable, "-m", "harness.cli", "run", "qwen2-tiny", "--cluster", "127.0.0.1:1", "--out",
+                          str(tmp_path)], capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert out.returncode == 1 and "Traceback" not in out.stderr, out
+    [line] = out.stdout.strip().splitlines()
+    assert line.startswith("error: cannot reach the Ray cluster at '127.0.0.1:1' (") and "ray start --head" in line

@@ -109,7 +109,7 @@ def run_trial(settings: BenchSettings, info: RunnerInfo, k: int, mode: str) -> T
         spec = trial_spec(settings, info, spec_fields(settings, ckpt), scratch / info.id / f"trial-{k}", mode)
         outcome = launch.run_child(spec, timeout_for(settings, info))
         saved = spec.work / "logits.npy"
-        logits = np.load(saved) if saved.exists() else None
+        logits = np.load(saved) if k == 1 and saved.exists() else None  # distances are taken on a row's first trial
         return TrialResult(outcome, logits, environment.machine(), ray.get_runtime_context().get_node_id())
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
@@ -126,7 +126,6 @@ class ClusterDisplay:
 class Run:
     """One run of the matrix (a BenchSettings, on an accelerator type or any) as the driver sees it."""
 
-    index: int
     settings: BenchSettings
     accelerator: str | None
     reference: Reference = field(default_factory=Reference)
@@ -138,7 +137,7 @@ def run_cluster(settings: list[BenchSettings], accelerators: tuple[str | None, .
                 display: ClusterDisplay = ClusterDisplay()) -> list[Path]:  # fmt: skip
     """Runs every run's rows on the joined cluster (see `connected`); returns the result files written."""
     ray = import_ray()
-    runs = [Run(i, s, a) for i, (s, a) in enumerate((s, a) for s in settings for a in accelerators)]
+    runs = [Run(s, a) for s in settings for a in accelerators]
     offered = [node["Resources"] for node in ray.nodes() if node["Alive"]]
     for run in runs:  # Ray would wait for such a node for ever: say so at once
         need = needs(run)
@@ -165,7 +164,7 @@ class Driver:
         self.task = ray.remote(run_trial)
         self.pending: dict = {}  # ObjectRef -> (run, runner, trial, mode)
         self.created_at, self.stamp = run_id_now()
-        self.scratch = Path(tempfile.mkdtemp(prefix=f"linnet-bench-{self.stamp}-"))  # the driver's copy of logits
+        self.scratch = Path(tempfile.mkdtemp(prefix=f"linnet-bench-{self.stamp}-"))  # trials' logits, while read
         self.paths: set[Path] = set()  # the result files' names taken in this run
 
     def run(self) -> list[Path]:
@@ -177,7 +176,11 @@ class Driver:
                 ready, _ = self.ray.wait(list(self.pending), num_returns=1, timeout=1.0)  # Ctrl-C gets in between
                 for ref in ready:
                     run, info, k, mode = self.pending.pop(ref)
-                    self.receive(run, info, k, mode, self.fetch(ref))
+                    back = self.fetch(ref)
+                    with tempfile.TemporaryDirectory(dir=self.scratch) as work:  # the trial's work dir, as bench reads it
+                        if back.logits is not None:
+                            np.save(Path(work) / "logits.npy", back.logits)
+                        self.receive(run, info, k, mode, back, Path(work))
             for result, path in self.files():
                 result.complete = True
         except KeyboardInterrupt:
@@ -214,15 +217,11 @@ class Driver:
             if isinstance(cause, Exception):
                 why = f"the trial's task raised {type(cause).__name__}: {cause}"
             else:
-                why = f"Ray lost the trial ({MAX_RETRIES} retries): {type(e).__name__}: {str(e).strip().splitlines()[0]}"
+                why = f"Ray lost the trial (retried up to {MAX_RETRIES} times): {type(e).__name__}: {str(e).strip().splitlines()[0]}"
             return TrialResult(launch.ChildOutcome(None, why, 0.0, 0, 0, False), None, None, None)
 
-    def receive(self, run: Run, info: RunnerInfo, k: int, mode: str, back: TrialResult) -> None:
-        # the trial's work dir as the driver's copy: bench's Reference and make_row read logits.npy from it
-        work = self.scratch / f"run-{run.index}" / info.id / f"trial-{k}"
-        work.mkdir(parents=True, exist_ok=True)
-        if back.logits is not None:
-            np.save(work / "logits.npy", back.logits)
+    def receive(self, run: Run, info: RunnerInfo, k: int, mode: str, back: TrialResult, work: Path) -> None:
+        """Turns a trial into its row (bench's code, reading the trial's logits from WORK) and submits what follows."""
         if info.id == REFERENCE and k == 1:
             run.reference.load(back.outcome, work)
             for other in run.settings.runners:

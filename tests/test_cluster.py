@@ -104,7 +104,7 @@ def test_trials_stay_on_their_node_and_lost_workers_are_retried_then_failed(loca
     assert once.status == "ok" and once.metrics["trials"] == 2, once.reason
     assert os.listdir(os.environ[MARKERS]) == [f"{tiny.id}-dies-once"]
     dead = rows["always-dies"]
-    assert dead.status == "failed" and dead.reason.startswith("Ray lost the trial (1 retries): "), dead.reason
+    assert dead.status == "failed" and dead.reason.startswith("Ray lost the trial (retried up to 1 times): "), dead.reason
     assert "WorkerCrashedError" in dead.reason, dead.reason
     assert len({r.node for r in result.rows if r.node}) == 1 and dead.node is None
 

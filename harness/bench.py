@@ -123,7 +123,7 @@ def spec_fields(settings: BenchSettings, ckpt: Path) -> dict:
     )
 
 
-def trial_spec(settings: BenchSettings, info: RunnerInfo, base_spec: dict, work: Path, mode: str = "measure") -> RunSpec:
+def trial_spec(settings: BenchSettings, info: RunnerInfo, base_spec: dict, work: Path, mode="measure") -> RunSpec:
     """One trial's spec: the run's shared fields, the runner, its work dir, and the serving workload if it serves."""
     serving = serving_fields(info, settings.profile, settings.model, settings.seed)
     return RunSpec(runner=info.id, module=info.module, work_dir=str(work), mode=mode, **base_spec, **serving)
@@ -131,7 +131,8 @@ def trial_spec(settings: BenchSettings, info: RunnerInfo, base_spec: dict, work:
 
 def timeout_for(settings: BenchSettings, info: RunnerInfo) -> float:
     """Seconds before a trial's child is killed: --timeout, else its profile's (serving rows have their own)."""
-    return settings.timeout_s or (settings.profile.serving.timeout_s if info.kind == "serving" else settings.profile.timeout_s)
+    profile = settings.profile
+    return settings.timeout_s or (profile.serving.timeout_s if info.kind == "serving" else profile.timeout_s)
 
 
 def trials_for(kind: str, settings: BenchSettings) -> int:

@@ -31,8 +31,8 @@ from pathlib import Path
 import numpy as np
 
 from harness import environment, launch
-from harness.bench import (BenchSettings, Reference, RowTrials, make_row, new_result, run_id_now, spec_fields, timeout_for,
-                           trial_spec, trials_for)  # fmt: skip
+from harness.bench import (BenchSettings, Reference, RowTrials, make_row, new_result, run_id_now, spec_fields,
+                           timeout_for, trial_spec, trials_for)  # fmt: skip
 from harness.registry import checkpoint_for
 from harness.results import ResultFile, Row, write_result
 from linnet_core.errors import UserError
@@ -70,7 +70,7 @@ def connected(address: str):
         except Exception as e:  # no cluster there, a version mismatch: Ray says which
             raise UserError(f"cannot join the Ray cluster at {address!r}: {str(e).strip().splitlines()[0]}") from None
         if sigterm is not None and threading.current_thread() is threading.main_thread():
-            signal.signal(signal.SIGTERM, sigterm)  # ray.init's handler exits at once; SIGTERM ends a run as Ctrl-C does
+            signal.signal(signal.SIGTERM, sigterm)  # ray.init's exits at once; SIGTERM ends a run as Ctrl-C does
     try:
         yield ray.cluster_resources().get("GPU", 0) > 0
     finally:
@@ -85,7 +85,8 @@ def check_reachable(address: str) -> None:
         try:
             socket.create_connection((host, int(port)), timeout=10).close()
         except OSError as e:
-            raise UserError(f"cannot reach the Ray cluster at {address!r} ({e}); is `ray start --head` running there?") from None
+            why = f"cannot reach the Ray cluster at {address!r} ({e}); is `ray start --head` running there?"
+            raise UserError(why) from None
 
 
 @dataclass
@@ -144,8 +145,8 @@ def run_cluster(settings: list[BenchSettings], accelerators: tuple[str | None, .
         if not any(all(node.get(k, 0) >= v for k, v in need.items()) for node in offered):
             wanted = ", ".join(f"{k}: {v:g}" for k, v in need.items())
             raise UserError(f"no node of the cluster offers what a {run.settings.device} row needs ({wanted}): a node "
-                            f"declares {NODE_RESOURCE} when it starts (ray start --resources '{{\"{NODE_RESOURCE}\": 1}}'), "
-                            f"Ray adds GPU and accelerator_type:<kind> on a GPU node itself")  # fmt: skip
+                            f"declares {NODE_RESOURCE} when it starts (ray start --resources "
+                            f"'{{\"{NODE_RESOURCE}\": 1}}'), Ray adds GPU and accelerator_type:<kind> on a GPU node itself")
     return Driver(ray, runs, display).run()
 
 
@@ -177,7 +178,7 @@ class Driver:
                 for ref in ready:
                     run, info, k, mode = self.pending.pop(ref)
                     back = self.fetch(ref)
-                    with tempfile.TemporaryDirectory(dir=self.scratch) as work:  # the trial's work dir, as bench reads it
+                    with tempfile.TemporaryDirectory(dir=self.scratch) as work:  # the trial's work dir as bench reads it
                         if back.logits is not None:
                             np.save(Path(work) / "logits.npy", back.logits)
                         self.receive(run, info, k, mode, back, Path(work))
@@ -217,7 +218,8 @@ class Driver:
             if isinstance(cause, Exception):
                 why = f"the trial's task raised {type(cause).__name__}: {cause}"
             else:
-                why = f"Ray lost the trial (retried up to {MAX_RETRIES} times): {type(e).__name__}: {str(e).strip().splitlines()[0]}"
+                first = str(e).strip().splitlines()[0]
+                why = f"Ray lost the trial (retried up to {MAX_RETRIES} times): {type(e).__name__}: {first}"
             return TrialResult(launch.ChildOutcome(None, why, 0.0, 0, 0, False), None, None, None)
 
     def receive(self, run: Run, info: RunnerInfo, k: int, mode: str, back: TrialResult, work: Path) -> None:

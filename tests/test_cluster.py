@@ -109,30 +109,34 @@ def test_trials_stay_on_their_node_and_lost_workers_are_retried_then_failed(loca
     assert len({r.node for r in result.rows if r.node}) == 1 and dead.node is None
 
 
-class InterruptAfter(cluster.ClusterDisplay):
-    """Presses Ctrl-C (in the main thread) a moment after the named row is done."""
+def hanging() -> list[psutil.Process]:
+    """The child processes of the row that hangs (its work dir is named after it)."""
+    return [p for p in psutil.process_iter(["cmdline"]) if "hang-on-a-cluster" in " ".join(p.info["cmdline"] or [])]
 
-    def __init__(self, runner_id):
-        self.runner_id = runner_id
+
+class InterruptWhenHanging(cluster.ClusterDisplay):
+    """Presses Ctrl-C (in the main thread) once the reference row is done and the hanging row's child runs."""
 
     def finish(self, result, row):
-        if row.runner == self.runner_id:
-            threading.Timer(2.0, _thread.interrupt_main).start()
+        if row.runner == "transformers":
+            threading.Thread(target=self.interrupt, daemon=True).start()
+
+    def interrupt(self):
+        deadline = time.monotonic() + 60
+        while not hanging() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        _thread.interrupt_main()
 
 
 def test_ctrl_c_cancels_the_trials_kills_their_children_and_keeps_what_finished(local_cluster, tiny, tmp_path,
                                                                                 ctrl_c_raises):  # fmt: skip
     runners = [fake("transformers", "tests.fake_cluster_runners:Scored"), fake("hang-on-a-cluster", "tests.fake_runners:Hang")]
     with pytest.raises(KeyboardInterrupt):
-        cluster.run_cluster([settings(tiny, tmp_path, runners)], display=InterruptAfter("transformers"))
+        cluster.run_cluster([settings(tiny, tmp_path, runners)], display=InterruptWhenHanging())
     [path] = tmp_path.glob(f"{tiny.id}/*.json")
     result = load_result(path)
     assert not result.complete and result.interrupted
     assert [(r.runner, r.status) for r in result.rows] == [("transformers", "ok")]
-
-    def hanging():
-        return [p for p in psutil.process_iter(["cmdline"]) if "hang-on-a-cluster" in " ".join(p.info["cmdline"] or [])]
-
     deadline = time.monotonic() + 20
     while hanging() and time.monotonic() < deadline:
         time.sleep(0.5)

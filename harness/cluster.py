@@ -18,6 +18,7 @@ Ctrl-C cancels the outstanding trials (each task kills its child) and keeps what
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import re
 import shutil
@@ -105,15 +106,18 @@ def run_trial(settings: BenchSettings, info: RunnerInfo, k: int, mode: str) -> T
     import ray
 
     scratch = Path(tempfile.mkdtemp(prefix="linnet-bench-trial-"))
+    logits = None
     try:
         ckpt, _ = checkpoint_for(settings.model, settings.weights, settings.seed)
         spec = trial_spec(settings, info, spec_fields(settings, ckpt), scratch / info.id / f"trial-{k}", mode)
         outcome = launch.run_child(spec, timeout_for(settings, info))
         saved = spec.work / "logits.npy"
         logits = np.load(saved) if k == 1 and saved.exists() else None  # distances are taken on a row's first trial
-        return TrialResult(outcome, logits, environment.machine(), ray.get_runtime_context().get_node_id())
+    except (UserError, OSError) as e:  # this node cannot start the row (no such --weights here, a full disk)
+        outcome = launch.ChildOutcome(None, f"on this node: {e}", 0.0, 0, 0, False)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
+    return TrialResult(outcome, logits, environment.machine(), ray.get_runtime_context().get_node_id())
 
 
 class ClusterDisplay:
@@ -138,6 +142,8 @@ def run_cluster(settings: list[BenchSettings], accelerators: tuple[str | None, .
                 display: ClusterDisplay = ClusterDisplay()) -> list[Path]:  # fmt: skip
     """Runs every run's rows on the joined cluster (see `connected`); returns the result files written."""
     ray = import_ray()
+    # a --weights path names the same directory on every node: the driver's, made absolute
+    settings = [dataclasses.replace(s, weights=Path(s.weights).resolve()) if s.weights else s for s in settings]
     runs = [Run(s, a) for s in settings for a in accelerators]
     offered = [node["Resources"] for node in ray.nodes() if node["Alive"]]
     for run in runs:  # Ray would wait for such a node for ever: say so at once
@@ -210,7 +216,8 @@ class Driver:
         self.pending[ref] = (run, info, k, mode)
 
     def fetch(self, ref) -> TrialResult:
-        """The trial's result; a trial Ray could not finish (its node lost after the retries) as a failed child."""
+        """The trial's result; a trial Ray could not finish (its node lost after the retries, or the task raised) as a
+        failed child."""
         try:
             return self.ray.get(ref)
         except self.ray.exceptions.RayError as e:
@@ -255,12 +262,12 @@ class Driver:
         if machine is None:
             if run.files:
                 return next(iter(run.files.values()))
-            machine = {"cpu": "unknown machine (its node was lost)"}
+            machine = {"cpu": "unknown machine (the row's task never returned)"}
         # identical nodes share a file: their descriptions differ at most in the memory the kernel reports
         key = json.dumps({k: v for k, v in machine.items() if k != "memory_gib"}, sort_keys=True)
         if key not in run.files:
             path = self.new_path(run, machine)
-            weights = "synthetic" if run.settings.weights is None else str(Path(run.settings.weights).resolve())
+            weights = "synthetic" if run.settings.weights is None else str(run.settings.weights)
             result = new_result(run.settings, weights, machine, self.created_at, path.stem)
             result.cluster = {"accelerator_type": run.accelerator}  # type: ignore[attr-defined]
             run.files[key] = (result, path)

@@ -11,6 +11,7 @@ import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 
 import psutil
 import pytest
@@ -107,6 +108,17 @@ def test_trials_stay_on_their_node_and_lost_workers_are_retried_then_failed(loca
     assert dead.status == "failed" and dead.reason.startswith("Ray lost the trial (retried up to 1 times): "), dead.reason
     assert "WorkerCrashedError" in dead.reason, dead.reason
     assert len({r.node for r in result.rows if r.node}) == 1 and dead.node is None
+
+
+def test_a_node_that_cannot_start_a_row_fails_it_without_a_retry(local_cluster, tiny, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # --weights is relative: the driver makes it absolute for every node
+    s = dataclasses.replace(settings(tiny, tmp_path, [fake("transformers", "tests.fake_cluster_runners:Scored")]),
+                            weights=Path("no-such-checkpoint"))  # fmt: skip
+    [path] = cluster.run_cluster([s])
+    result = load_result(path)
+    [row] = result.rows
+    assert row.status == "failed" and row.reason.startswith(f"on this node: {tmp_path}/no-such-checkpoint/config.json: ")
+    assert result.weights == str(tmp_path / "no-such-checkpoint") and result.machine["cpu"] and row.node
 
 
 def hanging() -> list[psutil.Process]:

@@ -2,6 +2,7 @@
 and rows that kill the Ray worker running their trial (a lost node, as Ray sees it)."""
 
 import os
+import shutil
 import signal
 from pathlib import Path
 
@@ -33,15 +34,16 @@ class DiesOnce(Counting):
         marker = Path(os.environ[MARKERS]) / f"{self.spec.model}-{self.spec.runner}"
         if not marker.exists():
             marker.touch()
-            kill_parent()
+            kill_parent(self.spec)
         super().load()
 
 
 class AlwaysDies(Counting):
     def load(self):
-        kill_parent()
+        kill_parent(self.spec)
 
 
-def kill_parent():
+def kill_parent(spec):
+    shutil.rmtree(Path(spec.work_dir).parents[1])  # the task's scratch (SCRATCH/<runner>/trial-k): its worker won't
     os.kill(os.getppid(), signal.SIGKILL)  # the parent is the Ray worker that runs harness.launch.run_child
     os._exit(1)

@@ -55,51 +55,13 @@ def run_id_now() -> tuple[str, str]:
 def run_bench(settings: BenchSettings, display: Display = Display()) -> Path:
     """Runs every row; returns the result file's path. On Ctrl-C the rows so far are kept (complete: false)."""
     ckpt, weights = checkpoint_for(settings.model, settings.weights, settings.seed)
-    entry, profile = settings.model, settings.profile
     created_at, run_id = run_id_now()
-    path = settings.out_dir / entry.id / f"{run_id}.json"
-    result = ResultFile(
-        schema_version=SCHEMA_VERSION,
-        model=entry.id,
-        run_id=run_id,
-        created_at=created_at,
-        machine=environment.machine(),
-        workload={
-            "prompt_tokens": profile.prompt_tokens,
-            "new_tokens": profile.new_tokens,
-            "batch": 1,
-            "warmups": profile.warmups,
-            "runs": profile.runs,
-            "seed": settings.seed,
-            "max_positions": profile.max_positions,
-            # the many-requests workload, recorded when a serving row runs
-            **({"serving": dataclasses.asdict(profile.serving)} if any(r.kind == "serving" for r in settings.runners) else {}),
-        },
-        protocol={"profile": profile.name, "dtype": settings.dtype, "device": settings.device,
-                  "timeout_s": settings.timeout_s or profile.timeout_s,
-                  # K: each row's trials (fresh processes), round robin; serving rows may run fewer
-                  "trials": trials_for("single", settings),
-                  **({"serving_trials": trials_for("serving", settings)}
-                     if any(r.kind == "serving" for r in settings.runners) else {})},  # fmt: skip
-        weights=weights,
-        complete=False,
-    )
+    path = settings.out_dir / settings.model.id / f"{run_id}.json"
+    result = new_result(settings, weights, environment.machine(), created_at, run_id)
     write_result(result, path)
     display.begin(result, path)
     scratch = Path(tempfile.mkdtemp(prefix=f"linnet-bench-{run_id}-"))
-    base_spec = dict(
-        model=entry.id,
-        checkpoint=str(ckpt),
-        dtype=settings.dtype,
-        device=settings.device,
-        prompt=prompt_ids(profile.prompt_tokens, entry.first_special_token, settings.seed),
-        new_tokens=profile.new_tokens,
-        warmups=profile.warmups,
-        runs=profile.runs,
-        probe=probe_ids(entry.first_special_token, settings.seed),
-        probe_prefill=len(probe_ids(entry.first_special_token, settings.seed)) * 3 // 5,
-        max_positions=profile.max_positions,
-    )
+    base_spec = spec_fields(settings, ckpt)
     try:
         run_trials(settings, result, path, base_spec, scratch, display)
         result.complete = True
@@ -110,6 +72,68 @@ def run_bench(settings: BenchSettings, display: Display = Display()) -> Path:
         write_result(result, path)
         shutil.rmtree(scratch, ignore_errors=True)
     return path
+
+
+def new_result(settings: BenchSettings, weights: str, machine: dict, created_at: str, run_id: str) -> ResultFile:
+    """An empty result file (complete: false) for a run of these settings on this machine."""
+    profile = settings.profile
+    serving = any(r.kind == "serving" for r in settings.runners)
+    return ResultFile(
+        schema_version=SCHEMA_VERSION,
+        model=settings.model.id,
+        run_id=run_id,
+        created_at=created_at,
+        machine=machine,
+        workload={
+            "prompt_tokens": profile.prompt_tokens,
+            "new_tokens": profile.new_tokens,
+            "batch": 1,
+            "warmups": profile.warmups,
+            "runs": profile.runs,
+            "seed": settings.seed,
+            "max_positions": profile.max_positions,
+            # the many-requests workload, recorded when a serving row runs
+            **({"serving": dataclasses.asdict(profile.serving)} if serving else {}),
+        },
+        protocol={"profile": profile.name, "dtype": settings.dtype, "device": settings.device,
+                  "timeout_s": settings.timeout_s or profile.timeout_s,
+                  # K: each row's trials (fresh processes), round robin; serving rows may run fewer
+                  "trials": trials_for("single", settings),
+                  **({"serving_trials": trials_for("serving", settings)} if serving else {})},  # fmt: skip
+        weights=weights,
+        complete=False,
+    )
+
+
+def spec_fields(settings: BenchSettings, ckpt: Path) -> dict:
+    """What every child's spec of this run shares: the model, checkpoint, dtype, device, prompt and probe."""
+    entry, profile = settings.model, settings.profile
+    probe = probe_ids(entry.first_special_token, settings.seed)
+    return dict(
+        model=entry.id,
+        checkpoint=str(ckpt),
+        dtype=settings.dtype,
+        device=settings.device,
+        prompt=prompt_ids(profile.prompt_tokens, entry.first_special_token, settings.seed),
+        new_tokens=profile.new_tokens,
+        warmups=profile.warmups,
+        runs=profile.runs,
+        probe=probe,
+        probe_prefill=len(probe) * 3 // 5,
+        max_positions=profile.max_positions,
+    )
+
+
+def trial_spec(settings: BenchSettings, info: RunnerInfo, base_spec: dict, work: Path, mode="measure") -> RunSpec:
+    """One trial's spec: the run's shared fields, the runner, its work dir, and the serving workload if it serves."""
+    serving = serving_fields(info, settings.profile, settings.model, settings.seed)
+    return RunSpec(runner=info.id, module=info.module, work_dir=str(work), mode=mode, **base_spec, **serving)
+
+
+def timeout_for(settings: BenchSettings, info: RunnerInfo) -> float:
+    """Seconds before a trial's child is killed: --timeout, else its profile's (serving rows have their own)."""
+    profile = settings.profile
+    return settings.timeout_s or (profile.serving.timeout_s if info.kind == "serving" else profile.timeout_s)
 
 
 def trials_for(kind: str, settings: BenchSettings) -> int:
@@ -124,7 +148,6 @@ def run_trials(settings: BenchSettings, result: ResultFile, path: Path, base_spe
     """Round robin over the rows, trial by trial (A B C A B C ...), so that a slow spell of the machine hits every row
     alike. A row's first trial decides a skip; a failed trial ends the row (failed, saying which trial); the result
     file is rewritten after every trial."""
-    profile, entry = settings.profile, settings.model
     reference = Reference()
     order = sorted(settings.runners, key=lambda r: r.id != REFERENCE)  # the reference first
     if all(r.id != REFERENCE for r in order):
@@ -137,9 +160,8 @@ def run_trials(settings: BenchSettings, result: ResultFile, path: Path, base_spe
             if k > planned[info.id] or (done is not None and done.row.status != "ok"):
                 continue
             display.start(info)
-            spec = RunSpec(runner=info.id, module=info.module, work_dir=str(scratch / info.id / f"trial-{k}"), **base_spec,
-                           **serving_fields(info, profile, entry, settings.seed))  # fmt: skip
-            timeout = settings.timeout_s or (profile.serving.timeout_s if info.kind == "serving" else profile.timeout_s)
+            spec = trial_spec(settings, info, base_spec, scratch / info.id / f"trial-{k}")
+            timeout = timeout_for(settings, info)
             label = f"trial {k}/{planned[info.id]} · " if planned[info.id] > 1 else ""
             outcome = launch.run_child(spec, timeout, lambda t, info=info: display.progress(info, label + t))
             if done is None:
@@ -217,8 +239,8 @@ def score_reference(settings, base_spec, scratch: Path, display: Display):
 
     info = get_runner(REFERENCE)
     display.start(info)
-    spec = RunSpec(runner=REFERENCE, module=info.module, work_dir=str(scratch / "reference"), mode="score", **base_spec)
-    outcome = launch.run_child(spec, settings.timeout_s or settings.profile.timeout_s, lambda t: display.progress(info, t))
+    spec = trial_spec(settings, info, base_spec, scratch / "reference", mode="score")
+    outcome = launch.run_child(spec, timeout_for(settings, info), lambda t: display.progress(info, t))
     return outcome, spec.work
 
 

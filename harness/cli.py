@@ -15,11 +15,13 @@ from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from harness import check as checks
+from harness import cluster as clusters
 from harness import stats
 from harness.bench import BenchSettings, Display, run_bench
 from harness.memory import nvml_handles
 from harness.registry import MODELS, get_model
 from harness.results import Row, load_result, write_result
+from harness.site.context import machine_name
 from harness.workload import PROFILES, get_profile
 from linnet_core.errors import UserError, run_cli
 from runners import RUNNERS, get_runner
@@ -49,37 +51,63 @@ def runners() -> None:
 
 @app.command()
 def run(
-    model: str = typer.Argument(..., help="model id or alias (see `linnet-bench models`)"),
+    model: list[str] = typer.Argument(..., help="model ids or aliases (see `linnet-bench models`); several run in turn, or at once on a cluster"),
     runner: Optional[list[str]] = typer.Option(None, "--runner", "-r", help="a runner id; repeat for several (default: all)"),
     profile: Optional[str] = typer.Option(None, help=f"one of {', '.join(PROFILES)} (default: 'default' on a GPU or for a tiny model, else 'cpu')"),
     weights: Optional[Path] = typer.Option(None, help="a local Hugging Face checkpoint directory (default: synthetic weights)"),
-    dtype: Optional[str] = typer.Option(None, help="f32, f16 or bf16 (default: bf16 on a GPU, f32 on a CPU)"),
-    device: Optional[str] = typer.Option(None, help="cpu or cuda (default: cuda when NVML sees a GPU)"),
+    dtype: Optional[list[str]] = typer.Option(None, help="f32, f16 or bf16; repeat for several (default: bf16 on a GPU, f32 on a CPU)"),
+    device: Optional[list[str]] = typer.Option(None, help="cpu or cuda; repeat for several (default: cuda when there is a GPU)"),
     out: Path = typer.Option(Path("results"), help="result files go to OUT/<model>/<run-id>.json"),
     timeout: Optional[float] = typer.Option(None, help="seconds before a runner's child is killed (default: the profile's)"),
     seed: int = typer.Option(0, help="seed of the prompt, the probe and synthetic weights"),
     trials: Optional[int] = typer.Option(None, min=1, max=100, help="fresh processes per row, round robin over the rows (default: the profile's; default and cpu: 3, serving rows 1)"),
+    cluster: Optional[str] = typer.Option(None, help="run the rows as tasks on the Ray cluster at this address (HEAD:6379), or `local` to start one here (needs the `cluster` extra)"),
+    accelerator_type: Optional[list[str]] = typer.Option(None, "--accelerator-type", help="with --cluster: run every row on each of these kinds of GPU (Ray's accelerator_type:NAME, e.g. H100); repeat"),
 ) -> None:
-    """Run every requested row on MODEL, each trial in its own process, and write one result file."""
+    """Run every requested row on each MODEL, each trial in its own process, and write one result file per model
+    (per model and machine on a cluster)."""
     if timeout is not None and not (math.isfinite(timeout) and timeout > 0):
         raise UserError(f"--timeout {timeout}: give a number of seconds above 0, e.g. --timeout 600")
-    entry = get_model(model)
-    device = device or ("cuda" if nvml_handles() else "cpu")
-    if device not in ("cpu", "cuda"):
-        raise UserError(f"unknown device {device!r}; use cpu or cuda")
-    dtype = dtype or ("bf16" if device == "cuda" else "f32")
-    if dtype not in DTYPES:
-        raise UserError(f"unknown dtype {dtype!r}; use one of {', '.join(DTYPES)}")
+    entries = [get_model(m) for m in model]
+    for d in device or ():
+        if d not in ("cpu", "cuda"):
+            raise UserError(f"unknown device {d!r}; use cpu or cuda")
+    for d in dtype or ():
+        if d not in DTYPES:
+            raise UserError(f"unknown dtype {d!r}; use one of {', '.join(DTYPES)}")
     chosen = tuple(get_runner(r) for r in runner) if runner else tuple(RUNNERS.values())
-    profile_name = profile or ("default" if device == "cuda" or entry.is_tiny else "cpu")
-    settings = BenchSettings(entry, chosen, get_profile(profile_name), dtype, device, weights, out, seed, timeout, trials)
+    if profile is not None:
+        get_profile(profile)
+    if accelerator_type and cluster is None:
+        raise UserError("--accelerator-type picks nodes of a Ray cluster; give --cluster too")
+
+    def matrix(has_gpu) -> list[BenchSettings]:
+        """Each model x device x dtype, with the profile its device and model call for."""
+        runs = []
+        for entry in entries:
+            for dev in device or ["cuda" if has_gpu() else "cpu"]:
+                for dt in dtype or ["bf16" if dev == "cuda" else "f32"]:
+                    name = profile or ("default" if dev == "cuda" or entry.is_tiny else "cpu")
+                    runs.append(BenchSettings(entry, chosen, get_profile(name), dt, dev, weights, out, seed, timeout, trials))
+        return runs
+
     try:
-        path = run_bench(settings, RichDisplay(chosen))
+        if cluster is None:
+            for settings in matrix(lambda: bool(nvml_handles())):
+                path = run_bench(settings, RichDisplay(chosen))
+                console.print(summary_table(load_result(path).rows))
+                console.print(f"result file: {path}")
+            return
+        with clusters.connected(cluster) as gpu:
+            paths = clusters.run_cluster(matrix(lambda: gpu), tuple(accelerator_type or [None]), ClusterLines())
     except KeyboardInterrupt:
         console.print("[yellow]interrupted[/]: the finished rows are kept in the result file (complete: false)")
         raise typer.Exit(130)
-    console.print(summary_table(load_result(path).rows))
-    console.print(f"result file: {path}")
+    for path in paths:
+        result = load_result(path)
+        console.print(f"[bold]{result.model}[/] on {machine_name(result)}")
+        console.print(summary_table(result.rows))
+        console.print(f"result file: {path}")
 
 
 @app.command()
@@ -186,6 +214,17 @@ class RichDisplay(Display):
             detail = row.reason or ""
         trials = f" (trial {m['trials']})" if row.status == "ok" and m.get("trials", 1) > 1 else ""
         self.bar.console.print(f"{mark} {row.runner}{trials}: {detail.splitlines()[0][:160] if detail else ''}")
+
+
+class ClusterLines(clusters.ClusterDisplay):
+    """A cluster run's rows finish in any order on any machine: a line each, saying which; the tables close the run."""
+
+    def begin(self, result, path):
+        console.print(f"[bold]{result.model}[/] · {result.protocol['dtype']} on {machine_name(result)} · writing {path}")
+
+    def finish(self, result, row):
+        reason = f": {row.reason.splitlines()[0][:160]}" if row.reason else ""
+        console.print(f"{row.status} {result.model} · {machine_name(result)} · {row.runner}{reason}", highlight=False, markup=False)
 
 
 def short(value: float | None) -> str:

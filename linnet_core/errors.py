@@ -1,5 +1,7 @@
 """The one user-facing error type: the CLIs print its message on one line and exit 1."""
 
+from rich.markup import escape
+
 
 class UserError(Exception):
     """Bad input or an unusable environment, said in one line a user can act on."""
@@ -17,7 +19,7 @@ def run_cli(app, console) -> None:
     try:
         app()
     except UserError as e:
-        console.print(f"[red]error:[/] {e}", highlight=False, soft_wrap=True)
+        console.print(f"[red]error:[/] {escape(str(e))}", highlight=False, soft_wrap=True)  # "[cluster]" is no markup
         sys.exit(1)
     except KeyboardInterrupt:  # one that arrives outside click's handling (while starting up)
         console.print("[yellow]interrupted[/]", highlight=False)

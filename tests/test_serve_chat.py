@@ -130,3 +130,13 @@ def test_without_a_tokenizer_text_and_chat_are_400_and_ids_still_work():
         with pytest.raises(APIError, match="this checkpoint has no tokenizer") as e:
             parse(body, served)
         assert e.value.status == 400
+
+
+def test_what_load_generators_send_is_accepted(base):
+    """guidellm's chat body: stop null, ignore_eos, and vLLM's continuous_usage_stats (counts on every chunk)."""
+    body = {"messages": [{"role": "user", "content": [{"type": "text", "text": "hello"}]}], "max_completion_tokens": 3,
+            "stop": None, "ignore_eos": True, "stream": True, "stream_options": {"include_usage": True, "continuous_usage_stats": True}}  # fmt: skip
+    with httpx.Client(timeout=TIMEOUT) as c, c.stream("POST", f"{base}/v1/chat/completions", json=body) as r:
+        assert r.status_code == 200
+        chunks = [json.loads(line[6:]) for line in r.iter_lines() if line.startswith("data: {")]
+    assert [c["usage"]["completion_tokens"] for c in chunks] == [1, 2, 3, 3] and chunks[-1]["choices"] == []

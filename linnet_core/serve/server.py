@@ -69,6 +69,7 @@ class APIError(Exception):
 class StreamOptions(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
     include_usage: bool = False  # a last chunk with the token counts
+    continuous_usage_stats: bool = False  # vLLM's extension: every chunk carries the counts so far
 
 
 class GenerationFields(BaseModel):
@@ -84,6 +85,7 @@ class GenerationFields(BaseModel):
     stream_options: StreamOptions | None = None
     ignore_eos: bool = False  # vLLM's extension: generate max_tokens whatever the tokens are
     n: int = 1  # only 1
+    stop: str | list[str] | None = None  # only none: stop sequences are not supported (load generators send null)
     user: str | None = None  # accepted and ignored
 
     @property
@@ -192,6 +194,8 @@ def validate(raw: bytes, model: type[GenerationFields], served: Served) -> Any:
         raise APIError(404, f"model {body.model!r} is not served here; this server serves {served.model!r}", "not_found_error")
     if body.n != 1:
         raise APIError(400, "n: only one completion per request (n = 1)")
+    if body.stop:
+        raise APIError(400, "stop: stop sequences are not supported here; send null (EOS still stops, unless ignore_eos)")
     return body
 
 
@@ -298,6 +302,7 @@ async def stream_events(stream: Stream, served: Served, body: GenerationFields, 
     """Server-sent events: a chunk per token (the last one with the finish reason), the usage, then [DONE]."""
     cid, text, count = f"{shape.prefix}-{uuid.uuid4().hex}", TextStream(served.tokenizer), 0
     usage = {"usage": None} if body.include_usage else {}
+    continuous = body.stream_options is not None and body.stream_options.continuous_usage_stats
     try:
         async for event in stream:
             if event.finish_reason == "error":
@@ -312,6 +317,8 @@ async def stream_events(stream: Stream, served: Served, body: GenerationFields, 
                 finish = event.finish_reason if i == len(tokens) - 1 else None
                 choice = shape.choice(text.push(ids), ids, finish, streamed=True, first=count == 0)
                 count += len(ids)
+                if continuous:
+                    usage = {"usage": usage_of(prompt, count)}
                 yield sse(response_object(cid, shape.chunk, served, [choice], **usage))
         if body.include_usage:
             yield sse(response_object(cid, shape.chunk, served, [], usage=usage_of(prompt, count)))

@@ -133,9 +133,10 @@ def test_without_a_tokenizer_text_and_chat_are_400_and_ids_still_work():
 
 
 def test_what_load_generators_send_is_accepted(base):
-    """guidellm's chat body: stop null, ignore_eos, and vLLM's continuous_usage_stats (counts on every chunk)."""
+    """guidellm's chat body: stop null, ignore_eos, and vLLM's continuous_usage_stats (counts on every chunk); the
+    penalties and logprobs other clients send at their neutral values."""
     body = {"messages": [{"role": "user", "content": [{"type": "text", "text": "hello"}]}], "max_completion_tokens": 3,
-            "stop": None, "ignore_eos": True, "stream": True, "stream_options": {"include_usage": True, "continuous_usage_stats": True}}  # fmt: skip
+            "stop": None, "ignore_eos": True, "stream": True, "presence_penalty": 0, "frequency_penalty": 0.0, "logprobs": False, "stream_options": {"include_usage": True, "continuous_usage_stats": True}}  # fmt: skip
     with httpx.Client(timeout=TIMEOUT) as c, c.stream("POST", f"{base}/v1/chat/completions", json=body) as r:
         assert r.status_code == 200
         chunks = [json.loads(line[6:]) for line in r.iter_lines() if line.startswith("data: {")]

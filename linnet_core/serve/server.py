@@ -86,11 +86,22 @@ class GenerationFields(BaseModel):
     ignore_eos: bool = False  # vLLM's extension: generate max_tokens whatever the tokens are
     n: int = 1  # only 1
     stop: str | list[str] | None = None  # only none: stop sequences are not supported (load generators send null)
+    # what clients send at their neutral values; any other value is refused (NEUTRAL)
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    repetition_penalty: float = 1.0  # vLLM's
+    logprobs: bool | int | None = None
+    echo: bool = False
     user: str | None = None  # accepted and ignored
 
     @property
     def include_usage(self) -> bool:
         return self.stream_options is not None and self.stream_options.include_usage
+
+
+# fields accepted only at the values that change nothing, the first the one to name in an error
+NEUTRAL = {"presence_penalty": (0.0,), "frequency_penalty": (0.0,), "repetition_penalty": (1.0,),
+           "logprobs": (None, False, 0), "echo": (False,)}  # fmt: skip
 
 
 class CompletionBody(GenerationFields):
@@ -196,6 +207,9 @@ def validate(raw: bytes, model: type[GenerationFields], served: Served) -> Any:
         raise APIError(400, "n: only one completion per request (n = 1)")
     if body.stop:
         raise APIError(400, "stop: stop sequences are not supported here; send null (EOS still stops, unless ignore_eos)")
+    for name, neutral in NEUTRAL.items():
+        if getattr(body, name) not in neutral:
+            raise APIError(400, f"{name}: not supported here; leave it out or send {neutral[0]!r}")
     return body
 
 

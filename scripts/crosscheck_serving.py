@@ -125,7 +125,7 @@ def main() -> None:
     # too short for either client's own start-up to vanish in its numbers
     parser.add_argument("--workload", default="default", choices=sorted(SERVING))
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--out", type=Path, help="write the comparison as JSON here")
+    parser.add_argument("--out", type=Path, help="write the table and the record (JSON) to this text file")
     parser.add_argument("--no-repeat", dest="repeat", action="store_false", help="one run of each client, not two")
     args = parser.parse_args()
     entry, w = get_model(args.model), SERVING[args.workload]
@@ -154,21 +154,22 @@ def main() -> None:
             server.wait(timeout=60)
     theirs, ours = median_run(runs["guidellm"]), median_run(runs["harness"])
     ratio = ours["output_tok_s"] / theirs["output_tok_s"]
-    print(f"{'client':<28}{'output tok/s':>14}{'TTFT median ms':>16}{'wall s':>9}{'requests':>10}{'prompt tokens':>15}"
-          f"{'server CPU s':>14}{'client CPU s':>14}")  # fmt: skip
+    lines = [f"{'client':<28}{'output tok/s':>14}{'TTFT median ms':>16}{'wall s':>9}{'requests':>10}{'prompt tokens':>15}"
+             f"{'server CPU s':>14}{'client CPU s':>14}"]  # fmt: skip
     for name, key in (("guidellm " + guidellm_version(), "guidellm"), ("harness (serve_all, HTTP)", "harness")):
         for r in runs[key]:
-            print(f"{name:<28}{r['output_tok_s']:>14.1f}{r['ttft_ms_median']:>16.1f}{r['wall_s']:>9.2f}{r['requests']:>10}"
-                  f"{r['prompt_tokens_mean']:>15.1f}{r['server_cpu_s']:>14.1f}{r['client_cpu_s']:>14.1f}")  # fmt: skip
-    print(f"throughput harness / guidellm (mean of each client's runs): {ratio:.3f} "
-          f"({'within' if abs(ratio - 1) <= 0.15 else 'NOT within'} 15%); TTFT {ours['ttft_ms_median'] / theirs['ttft_ms_median']:.3f}")  # fmt: skip
-    if args.out:
+            lines.append(f"{name:<28}{r['output_tok_s']:>14.1f}{r['ttft_ms_median']:>16.1f}{r['wall_s']:>9.2f}{r['requests']:>10}"
+                         f"{r['prompt_tokens_mean']:>15.1f}{r['server_cpu_s']:>14.1f}{r['client_cpu_s']:>14.1f}")  # fmt: skip
+    lines.append(f"throughput harness / guidellm (mean of each client's runs): {ratio:.3f} "
+                 f"({'within' if abs(ratio - 1) <= 0.15 else 'NOT within'} 15%); TTFT {ours['ttft_ms_median'] / theirs['ttft_ms_median']:.3f}")  # fmt: skip
+    print("\n".join(lines))
+    if args.out:  # a text file (results/*/*.json are the bench's result files): the table, then the record as JSON
         args.out.parent.mkdir(parents=True, exist_ok=True)
         record = {"model": entry.id, "backend": args.backend, "workload": w.name, "description": w.description,
                   "rows": w.max_in_flight, "positions": w.max_positions, "guidellm": theirs, "harness": ours, "runs": runs,
                   "throughput_ratio": ratio, "guidellm_version": guidellm_version(), "cpu_count": os.cpu_count(),
-                  "measured": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}  # fmt: skip
-        args.out.write_text(json.dumps(record, indent=2) + "\n")
+                  "load_average": os.getloadavg(), "measured": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}  # fmt: skip
+        args.out.write_text("\n".join(lines) + "\n\n" + json.dumps(record, indent=2) + "\n")
         print(f"wrote {args.out}")
 
 

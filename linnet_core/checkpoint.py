@@ -128,11 +128,16 @@ def synthetic_tensor(name: str, shape: tuple[int, ...], config: ModelConfig, see
 
 
 def synthetic_checkpoint(model_id: str, config: ModelConfig, dtype: str, seed: int = 0, cache: Path | None = None) -> Path:
-    """The directory of a synthetic checkpoint, written once (atomically) and reused by every stack."""
+    """The directory of a synthetic checkpoint (weights, config, tokenizer), written once (atomically) and reused
+    by every stack."""
     import torch
     from safetensors.torch import save_file
 
-    key = hashlib.sha256(json.dumps(config.to_hf(dtype), sort_keys=True).encode()).hexdigest()[:10]
+    from linnet_core import tokenizer
+
+    # the tokenizer is part of the key: a checkpoint cached before (or with another tokenizer) is never reused
+    described = json.dumps(config.to_hf(dtype), sort_keys=True) + tokenizer.fingerprint()
+    key = hashlib.sha256(described.encode()).hexdigest()[:10]
     target = (cache or cache_dir()) / "synthetic" / f"{model_id}-seed{seed}-{key}"
     if (target / WEIGHTS_FILE).exists():
         return target
@@ -148,6 +153,7 @@ def synthetic_checkpoint(model_id: str, config: ModelConfig, dtype: str, seed: i
         (tmp / CONFIG_FILE).write_text(json.dumps(config.to_hf(dtype), indent=2))
         generation = {"bos_token_id": config.bos_token_id, "eos_token_id": config.eos_token_id, "do_sample": False}
         (tmp / "generation_config.json").write_text(json.dumps(generation, indent=2))
+        tokenizer.write_tokenizer(config, tmp)
         os.rename(tmp, target)
     except OSError:
         if not (target / WEIGHTS_FILE).exists():  # another process did not win the race: a real failure

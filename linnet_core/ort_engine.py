@@ -2,10 +2,19 @@
 (linnet_core/engine.py) on the CPU, CUDA or TensorRT execution provider.
 
 The KV cache, each row's last token and its position live in ONNX Runtime buffers on the provider's device. A
-decode step reads one set and writes the other (ping-pong: ONNX Runtime does not promise that an output may alias
-an input), through two IO bindings prepared once, so a step is one run call, no allocation and no transfer but the
-new token ids, int64 [rows], to the host. On CUDA the two decode bindings are replayed as two captured CUDA graphs
-where ONNX Runtime can capture them."""
+decode step reads one set of tokens and positions and writes the other (ping-pong), through two IO bindings
+prepared once, so a step is one run call, no allocation and no transfer but the new token ids, int64 [rows], to
+the host. On CUDA the two decode bindings are replayed as two captured CUDA graphs where ONNX Runtime can
+capture them.
+
+The cache is updated in place on the CPU and CUDA providers: `cache` and `cache_out` are bound to one buffer.
+The graph writes cache_out with one ScatterND from `cache`, and ONNX Runtime's ScatterND (CPU and CUDA kernels)
+copies its input to its output only when they are different buffers, so a step writes just the new keys and
+values instead of copying the whole cache. ONNX Runtime does not promise aliasing in general; it is safe for this
+graph whatever the order of its nodes, because every reader of `cache` replaces the slots this call writes with
+the same new values (ScatterElements before attention), so it reads the same whether the update has landed or not.
+TensorRT compiles the graph into its own kernels, which promise nothing of the kind: there the cache ping-pongs
+between two buffers as the tokens do."""
 
 from __future__ import annotations
 
@@ -181,10 +190,12 @@ class OrtEngine:
         return int(props["linnet.rows"]), int(props["linnet.max_positions"])
 
     def allocate(self, cache_elem: int) -> None:
-        """Two of each fed-back buffer (cache, tokens, positions), the row indices, the decode logits, and the two
-        decode bindings: binding p reads buffers p and writes buffers 1 - p."""
+        """Two of each fed-back buffer (tokens, positions; the cache only where it cannot be updated in place), the
+        row indices, the decode logits, and the two decode bindings: binding p reads buffers p, writes 1 - p."""
         r, device = self.rows, self.device
-        self.cache = [Buffer(self.cache_shape, cache_elem, device) for _ in range(2)]
+        self.in_place = self.settings.provider != "tensorrt"  # see the module's docstring
+        cache = Buffer(self.cache_shape, cache_elem, device)
+        self.cache = [cache, cache] if self.in_place else [cache, Buffer(self.cache_shape, cache_elem, device)]
         self.tokens = [Buffer((r, 1), I64, device) for _ in range(2)]
         self.positions = [Buffer((r, 1), I64, device) for _ in range(2)]
         self.all_rows = Buffer((r,), I64, device)

@@ -109,8 +109,12 @@ def test_tokenizer_files_travel(tiny_tokenizer_checkpoint, tmp_path):
     assert AutoTokenizer.from_pretrained(out).encode(text) == AutoTokenizer.from_pretrained(tiny_tokenizer_checkpoint).encode(text)
 
 
-def test_synthetic_weights_export_without_tokenizer_files(exported):
-    assert sorted(p.name for p in exported.iterdir()) == ["config.json", "generation_config.json", "model.safetensors"]
+def test_synthetic_weights_export_with_their_tokenizer_and_chat_template(exported):
+    from transformers import AutoTokenizer
+
+    assert sorted(p.name for p in exported.iterdir()) == ["config.json", "generation_config.json", "model.safetensors",
+                                                           "tokenizer.json", "tokenizer_config.json"]  # fmt: skip
+    assert AutoTokenizer.from_pretrained(exported).chat_template
 
 
 def test_bad_output_paths_are_one_line_errors(tiny_checkpoint, exported, tmp_path):

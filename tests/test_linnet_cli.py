@@ -17,7 +17,8 @@ def test_export_hf_writes_a_checkpoint(tmp_path):
     out = linnet("export", "hf", "qwen2-tiny", str(tmp_path / "hf"))
     assert out.returncode == 0, out.stderr
     assert f"wrote {tmp_path / 'hf'}" in out.stdout
-    assert sorted(p.name for p in (tmp_path / "hf").iterdir()) == ["config.json", "generation_config.json", "model.safetensors"]
+    assert sorted(p.name for p in (tmp_path / "hf").iterdir()) == ["config.json", "generation_config.json", "model.safetensors",
+                                                                   "tokenizer.json", "tokenizer_config.json"]  # fmt: skip
 
 
 def test_export_gguf_writes_a_file_of_the_asked_dtype(tmp_path):

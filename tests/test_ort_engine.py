@@ -100,3 +100,19 @@ def test_providers_are_asked_not_assumed():
         assert missing.startswith("ONNX Runtime here has no TensorrtExecutionProvider (it has ")
     with pytest.raises(AssertionError):
         SessionSettings(provider="directml")
+
+
+def test_the_cache_is_updated_in_place(model_paths, alone):
+    """One cache buffer, bound as both the graph's cache input and its cache_out: a step writes its new keys and
+    values into it (and nothing else), where a copy would have gone to a second buffer."""
+    engine = OrtEngine(model_paths[3])
+    assert engine.in_place and engine.cache[0] is engine.cache[1]
+    cache = engine.cache[0].read()  # a view of the one buffer: [R, L, 2, KV, P, D]
+    n = len(PROMPTS["a"])
+    tokens = [engine.prefill(1, PROMPTS["a"])]
+    assert np.abs(cache[1, :, :, :, :n]).min(axis=-1).all() and not cache[1, :, :, :, n:].any() and not cache[[0, 2]].any()
+    before = cache.copy()
+    tokens.append(int(engine.step()[1]))
+    changed = np.argwhere((cache != before).any(axis=(1, 2, 3, 5)))  # (row, position) pairs the step wrote
+    assert [tuple(rc) for rc in changed] == [(0, 0), (1, n), (2, 0)]  # each row at its own position, nothing else
+    assert tokens == alone["a"][:2]

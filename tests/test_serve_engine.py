@@ -251,3 +251,14 @@ def test_a_model_failure_ends_every_request_and_refuses_new_ones(engine):
     assert all(s.finish_reason == "error" and "planted device fault" in s.error for s in streams)
     with pytest.raises(EngineFailed, match="planted device fault"):
         serve.submit(Request([1, 2], GREEDY))
+
+
+def test_a_prompt_s_first_token_is_an_event_before_the_decode_step(engine):
+    """Exact streaming: the prefill's token leaves on its own, before the step's decode makes the second."""
+    serve = serve_engine(engine)
+    request = Request(prompts(1)[0], GREEDY)
+    serve.submit(request)
+    first = serve.prefill_step()
+    assert [e.tokens for e in first] == [(request.output[0],)] and serve.steps == 0
+    second = serve.decode_step()
+    assert [e.tokens for e in second] == [(request.output[1],)] and serve.steps == 1

@@ -19,6 +19,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from linnet_core.serve.server import load_tokenizer
 from tests.test_serve_engine import single_request_tokens
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -142,7 +143,7 @@ def test_a_completion_carries_the_single_request_tokens(server, tiny_checkpoint)
     body = r.json()
     choice = body["choices"][0]
     assert choice["token_ids"] == single_request_tokens(tiny_checkpoint, prompt, 6)
-    assert choice["finish_reason"] == "length" and choice["text"] == ""  # synthetic weights have no tokenizer
+    assert choice["finish_reason"] == "length" and choice["text"] == load_tokenizer(tiny_checkpoint).decode(choice["token_ids"])
     assert body["object"] == "text_completion" and body["usage"] == {"prompt_tokens": 24, "completion_tokens": 6, "total_tokens": 30}
 
 
@@ -184,10 +185,14 @@ def test_concurrent_streams_all_complete_with_their_counts(server):
         ({"prompt": [1, 2], "max_tokens": "4"}, 400, "max_tokens: Input should be a valid integer"),
         ({"prompt": [1, 2], "temperature": -1}, 400, "temperature must be a number >= 0"),
         ({"prompt": [1, 2], "top_p": 2}, 400, "top_p must be in (0, 1]"),
-        ({"prompt": [1, 2], "stop": ["\n"]}, 400, "stop: unknown field"),
+        ({"prompt": [1, 2], "stop": ["\n"]}, 400, "stop: stop sequences are not supported here"),
+        ({"prompt": [1, 2], "stop": 5}, 400, "stop: Input should be"),
+        ({"prompt": [1, 2], "best_of": 2}, 400, "best_of: unknown field"),
+        ({"prompt": [1, 2], "logprobs": 5}, 400, "logprobs: not supported here; leave it out or send None"),
+        ({"prompt": [1, 2], "presence_penalty": 0.5}, 400, "presence_penalty: not supported here"),
+        ({"prompt": [1, 2], "echo": True}, 400, "echo: not supported here"),
         ({"prompt": [1, 2], "n": 2}, 400, "n: only one completion per request"),
         ({"prompt": [[1, 2], [3]]}, 400, "one prompt per request"),
-        ({"prompt": "Hello"}, 400, "this checkpoint has no tokenizer; send the prompt as a list of token ids"),
         ({"prompt": [1, 5000]}, 400, "token id 5000 is outside the vocabulary [0, 1024)"),
         ({"prompt": [1] * 500, "max_tokens": 20}, 400, "needs 520 positions; a row holds 512"),
         ({"prompt": [], "max_tokens": 2}, 400, "the prompt is empty"),

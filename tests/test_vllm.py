@@ -28,8 +28,13 @@ def test_engine_arguments(tiny, tiny_checkpoint, tiny_tokenizer_checkpoint, tmp_
     assert args["max_model_len"] == spec.max_positions and args["max_num_seqs"] == 1
     assert args["gpu_memory_utilization"] == 0.85 and args["enable_prefix_caching"] is False
     assert args["generation_config"] == "vllm"  # the checkpoint's sampling defaults are not applied
-    assert args["skip_tokenizer_init"] is True  # synthetic weights: token ids in, token ids out
-    assert _vllm.engine_arguments(spec, tiny_tokenizer_checkpoint, _vllm.Settings())["skip_tokenizer_init"] is False
+    assert args["skip_tokenizer_init"] is False  # synthetic checkpoints carry a tokenizer (linnet_core/tokenizer.py)
+    bare = tmp_path / "bare"  # a checkpoint without one: token ids in, token ids out
+    bare.mkdir()
+    for f in tiny_checkpoint.glob("*"):
+        if not f.name.startswith("tokenizer"):
+            (bare / f.name).symlink_to(f)
+    assert _vllm.engine_arguments(spec, bare, _vllm.Settings())["skip_tokenizer_init"] is True
 
 
 def test_notes_say_the_memory_is_a_setting_and_why_not_compared():

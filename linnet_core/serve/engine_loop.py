@@ -4,8 +4,10 @@ model and repeats schedule -> run -> postprocess (nano-vllm's step) while there 
   1. apply cancellations (a client that went away gives its row back at once),
   2. admit waiting requests into free rows,
   3. prefill this step's prompt chunks (long prompts in several steps),
-  4. one batched decode step over every row, for the requests whose prompts are in,
-  5. hand the step's events (new tokens, finishes) to the listener in one call.
+  4. hand the prefills' events (each finished prompt's first token) to the listener at once, so a request's
+     first token leaves as soon as its prefill made it, not after the decode step that follows,
+  5. one batched decode step over every row, for the requests whose prompts are in,
+  6. hand the decode step's events (one new token per request, finishes) to the listener in one call.
 
 An accepted request always runs to its end: max_tokens, EOS (unless ignored), or its cancellation. If the
 model fails, every request in flight gets an error event and new ones are refused: none waits forever."""
@@ -102,17 +104,23 @@ class ServeEngine:
                 self._wake.wait()
                 self._wake.clear()
                 continue
-            try:
-                events = self.step()
-            except Exception as e:  # the model failed: end every request with the error, refuse new ones
-                self._listener(self._fail_all(f"{type(e).__name__}: {e}"))
-                return
-            if events:
-                self._listener(events)
+            for phase in (self.prefill_step, self.decode_step):
+                try:
+                    events = phase()
+                except Exception as e:  # the model failed: end every request with the error, refuse new ones
+                    self._listener(self._fail_all(f"{type(e).__name__}: {e}"))
+                    return
+                if events:
+                    self._listener(events)
 
     def step(self) -> list[Event]:
-        """One iteration: cancellations, admissions, prefill chunks, one decode step. Returns its events."""
-        tokens: dict[str, list[int]] = defaultdict(list)  # request id -> new tokens this step, in order
+        """One iteration: cancellations, admissions, prefill chunks, one decode step. Returns its events (a
+        request whose prompt finished this step has two: its prefill's first token, then its decode token)."""
+        return self.prefill_step() + self.decode_step()
+
+    def prefill_step(self) -> list[Event]:
+        """Cancellations, admissions and this step's prefill chunks; the events of requests they ended or started."""
+        tokens: dict[str, list[int]] = defaultdict(list)  # request id -> new tokens, in order
         finished: dict[str, str] = {}  # request id -> finish reason
         with self._lock:
             self._apply_cancels(finished)
@@ -124,12 +132,22 @@ class ServeEngine:
             if chunk.is_last:
                 chunk.request.status = Status.DECODING
                 self._append(chunk.request, first, tokens, finished)
+        return self._events(tokens, finished)
+
+    def decode_step(self) -> list[Event]:
+        """One batched decode step over every row; one new token for each decoding request."""
+        tokens: dict[str, list[int]] = defaultdict(list)
+        finished: dict[str, str] = {}
         decoding = self.scheduler.decoding()
         if decoding:
             new = self.model.decode([r for r in decoding if not r.params.greedy])
             self.steps += 1
             for request in decoding:
                 self._append(request, int(new[request.row]), tokens, finished)
+        return self._events(tokens, finished)
+
+    def _events(self, tokens: dict[str, list[int]], finished: dict[str, str]) -> list[Event]:
+        """Frees the rows of finished requests; the events, one per request with news, in order."""
         with self._lock:
             for request_id in finished:
                 request = self.scheduler.running.get(request_id)

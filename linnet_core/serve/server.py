@@ -1,13 +1,19 @@
 """The HTTP API of `linnet serve`: OpenAI-compatible completions over linnet.serve, with FastAPI and uvicorn.
 
-  POST /v1/completions  a prompt as text (when the checkpoint has a tokenizer) or as token ids; max_tokens,
-                        temperature, top_p, seed, ignore_eos (as vLLM), stream (server-sent events)
+  POST /v1/completions       a prompt as text or as token ids; max_tokens, temperature, top_p, seed, ignore_eos
+                             (as vLLM), stream (server-sent events), stream_options.include_usage
+  POST /v1/chat/completions  messages through the checkpoint's chat template; the same fields (and
+                             max_completion_tokens), answered as chat.completion / chat.completion.chunk
   GET  /v1/models       the one model served
   GET  /health          200 with the rows in use and the queue, or 503 once the engine has failed
 
 Bad input is a 4xx with an OpenAI-style error body saying what to fix: malformed JSON, an unknown field, a bad
 value, a prompt too long for a row (400), another model's name (404). When every row is busy and the queue is
-at its bound, 503. A client that disconnects cancels its request, which gives its row back at the next step."""
+at its bound, 503. A client that disconnects cancels its request, which gives its row back at the next step.
+
+Streams send one token per chunk, the first as soon as the request's prefill has made it; with
+stream_options.include_usage every chunk has "usage": null and a last chunk (choices []) has the counts, as
+OpenAI's API does."""
 
 from __future__ import annotations
 
@@ -20,7 +26,7 @@ import uuid
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, AsyncIterator
+from typing import Any, AsyncIterator, Literal
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, StreamingResponse
@@ -66,15 +72,15 @@ class APIError(Exception):
 class StreamOptions(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
     include_usage: bool = False  # a last chunk with the token counts
+    continuous_usage_stats: bool = False  # vLLM's extension: every chunk carries the counts so far
 
 
-class CompletionBody(BaseModel):
-    """The fields of an OpenAI completions request that linnet.serve honours; any other field is refused."""
+class GenerationFields(BaseModel):
+    """The fields both routes honour; any other field is refused."""
 
     model_config = ConfigDict(extra="forbid", strict=True)
-    prompt: str | list[int]  # text (needs the checkpoint's tokenizer) or token ids
     model: str | None = None  # must name the served model when given
-    max_tokens: int = 16  # OpenAI's default
+    max_tokens: int | None = None  # None: completions 16 (OpenAI's default), chat what the row has left
     temperature: float | None = None  # None: the checkpoint's generation_config.json (greedy when do_sample is false)
     top_p: float | None = None
     seed: int | None = None
@@ -82,7 +88,49 @@ class CompletionBody(BaseModel):
     stream_options: StreamOptions | None = None
     ignore_eos: bool = False  # vLLM's extension: generate max_tokens whatever the tokens are
     n: int = 1  # only 1
+    stop: str | list[str] | None = None  # only none: stop sequences are not supported (load generators send null)
+    # what clients send at their neutral values; any other value is refused (NEUTRAL)
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    repetition_penalty: float = 1.0  # vLLM's
+    logprobs: bool | int | None = None
+    echo: bool = False
     user: str | None = None  # accepted and ignored
+
+    @property
+    def include_usage(self) -> bool:
+        return self.stream_options is not None and self.stream_options.include_usage
+
+
+# fields accepted only at the values that change nothing, the first the one to name in an error
+NEUTRAL = {"presence_penalty": (0.0,), "frequency_penalty": (0.0,), "repetition_penalty": (1.0,),
+           "logprobs": (None, False, 0), "echo": (False,)}  # fmt: skip
+
+
+class CompletionBody(GenerationFields):
+    prompt: str | list[int]  # text (through the checkpoint's tokenizer) or token ids
+
+
+class TextPart(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+    type: Literal["text"]
+    text: str
+
+
+class ChatMessage(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+    role: Literal["system", "developer", "user", "assistant"]
+    content: str | list[TextPart]  # a string, or OpenAI's list of text parts (joined)
+    name: str | None = None  # accepted and ignored
+
+    @property
+    def text(self) -> str:
+        return self.content if isinstance(self.content, str) else "".join(part.text for part in self.content)
+
+
+class ChatBody(GenerationFields):
+    messages: list[ChatMessage]
+    max_completion_tokens: int | None = None  # OpenAI's newer name for max_tokens
 
 
 @dataclass(frozen=True)
@@ -101,7 +149,7 @@ class SamplingDefaults:
 
 
 def load_tokenizer(checkpoint: Path):
-    """The checkpoint's tokenizer, or None when it has none (synthetic weights): prompts are then token ids."""
+    """The checkpoint's tokenizer (synthetic checkpoints have one too), or None: prompts are then token ids."""
     if not any((Path(checkpoint) / f).exists() for f in ("tokenizer.json", "tokenizer_config.json")):
         return None
     from transformers import AutoTokenizer
@@ -139,7 +187,8 @@ class Served:
     client: AsyncClient | None = None
 
 
-def parse_body(raw: bytes, served: Served) -> tuple[CompletionBody, list[int], SamplingParams]:
+def validate(raw: bytes, model: type[GenerationFields], served: Served) -> Any:
+    """The request body as `model`, or a 4xx that names the first bad field."""
     try:
         data = json.loads(raw)
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
@@ -149,28 +198,28 @@ def parse_body(raw: bytes, served: Served) -> tuple[CompletionBody, list[int], S
     if isinstance(data.get("prompt"), list) and data["prompt"] and not isinstance(data["prompt"][0], int):
         raise APIError(400, "one prompt per request: send a string or a list of token ids")
     try:
-        body = CompletionBody.model_validate(data)
+        body = model.model_validate(data)
     except ValidationError as e:
         first = e.errors()[0]
-        where = ".".join(str(p) for p in first["loc"] if not str(p).startswith(("str", "list[", "function")))
+        where = ".".join(str(p) for p in first["loc"] if not str(p).startswith(("str", "list[", "function", "literal")))
         message = "unknown field (not supported here)" if first["type"] == "extra_forbidden" else first["msg"]
         raise APIError(400, f"{where or 'body'}: {message}") from None
     if body.model is not None and body.model != served.model:
         raise APIError(404, f"model {body.model!r} is not served here; this server serves {served.model!r}", "not_found_error")
     if body.n != 1:
         raise APIError(400, "n: only one completion per request (n = 1)")
-    if isinstance(body.prompt, str):
-        if served.tokenizer is None:
-            raise APIError(400, "prompt: this checkpoint has no tokenizer; send the prompt as a list of token ids")
-        prompt = served.tokenizer.encode(body.prompt)
-    else:
-        prompt = body.prompt
-        bad = next((t for t in prompt if not 0 <= t < served.vocab_size), None)
-        if bad is not None:
-            raise APIError(400, f"prompt: token id {bad} is outside the vocabulary [0, {served.vocab_size})")
+    if body.stop:
+        raise APIError(400, "stop: stop sequences are not supported here; send null (EOS still stops, unless ignore_eos)")
+    for name, neutral in NEUTRAL.items():
+        if getattr(body, name) not in neutral:
+            raise APIError(400, f"{name}: not supported here; leave it out or send {neutral[0]!r}")
+    return body
+
+
+def sampling(body: GenerationFields, served: Served, max_tokens: int) -> SamplingParams:
     try:
-        params = SamplingParams(
-            max_tokens=body.max_tokens,
+        return SamplingParams(
+            max_tokens=max_tokens,
             temperature=served.defaults.temperature if body.temperature is None else body.temperature,
             top_p=served.defaults.top_p if body.top_p is None else body.top_p,
             seed=body.seed,
@@ -178,7 +227,46 @@ def parse_body(raw: bytes, served: Served) -> tuple[CompletionBody, list[int], S
         )
     except UserError as e:
         raise APIError(400, str(e)) from None
-    return body, prompt, params
+
+
+def needs_tokenizer(served: Served, what: str):
+    if served.tokenizer is None:
+        raise APIError(400, f"{what}: this checkpoint has no tokenizer; send the prompt to /v1/completions as a list of token ids")
+    return served.tokenizer
+
+
+def parse_completion(raw: bytes, served: Served) -> tuple[CompletionBody, list[int], SamplingParams]:
+    body = validate(raw, CompletionBody, served)
+    if isinstance(body.prompt, str):
+        prompt = needs_tokenizer(served, "prompt").encode(body.prompt, add_special_tokens=False)
+    else:
+        prompt = body.prompt
+        bad = next((t for t in prompt if not 0 <= t < served.vocab_size), None)
+        if bad is not None:
+            raise APIError(400, f"prompt: token id {bad} is outside the vocabulary [0, {served.vocab_size})")
+    return body, prompt, sampling(body, served, 16 if body.max_tokens is None else body.max_tokens)
+
+
+def parse_chat(raw: bytes, served: Served) -> tuple[ChatBody, list[int], SamplingParams]:
+    """Messages through the checkpoint's chat template, with the assistant's turn opened."""
+    body = validate(raw, ChatBody, served)
+    tokenizer = needs_tokenizer(served, "messages")
+    if not body.messages:
+        raise APIError(400, "messages: send at least one message")
+    if not getattr(tokenizer, "chat_template", None):
+        raise APIError(400, "messages: this checkpoint's tokenizer has no chat template; use /v1/completions")
+    messages = [{"role": m.role, "content": m.text} for m in body.messages]
+    try:
+        text = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+    except Exception as e:  # the template's own error (jinja2's TemplateError, or one it raises on purpose)
+        raise APIError(400, f"messages: the chat template refused them ({str(e)[:200]})") from None
+    prompt = tokenizer.encode(text, add_special_tokens=False)
+    if body.max_tokens is not None and body.max_completion_tokens is not None:
+        raise APIError(400, "max_tokens, max_completion_tokens: send one of them")
+    max_tokens = body.max_completion_tokens if body.max_completion_tokens is not None else body.max_tokens
+    if max_tokens is None:  # as OpenAI: as many as fit (here, the rest of a row)
+        max_tokens = max(1, served.engine.config.max_positions - len(prompt))
+    return body, prompt, sampling(body, served, max_tokens)
 
 
 def submit(served: Served, prompt: list[int], params: SamplingParams) -> Stream:
@@ -192,11 +280,31 @@ def submit(served: Served, prompt: list[int], params: SamplingParams) -> Stream:
         raise APIError(503, str(e), "server_error") from None
 
 
-def completion_object(cid: str, served: Served, choices: list[dict], usage: dict | None = None) -> dict:
-    out = {"id": cid, "object": "text_completion", "created": int(time.time()), "model": served.model, "choices": choices}
-    if usage is not None:
-        out["usage"] = usage
-    return out
+@dataclass(frozen=True)
+class Shape:
+    """How one route words its answers: OpenAI's text completion or its chat completion."""
+
+    prefix: str  # of the response id
+    whole: str  # the object of a whole answer
+    chunk: str  # the object of a streamed chunk
+
+    def choice(self, text: str, tokens: list[int], finish_reason: str | None, streamed: bool, first: bool = False) -> dict:
+        if self is COMPLETION:
+            return {"index": 0, "text": text, "token_ids": tokens, "logprobs": None, "finish_reason": finish_reason}
+        if streamed:  # the first chunk names the role, as OpenAI's first chunk does
+            delta = {"role": "assistant", "content": text} if first else {"content": text}
+            return {"index": 0, "delta": delta, "token_ids": tokens, "logprobs": None, "finish_reason": finish_reason}
+        message = {"role": "assistant", "content": text}
+        return {"index": 0, "message": message, "token_ids": tokens, "logprobs": None, "finish_reason": finish_reason}
+
+
+COMPLETION = Shape("cmpl", "text_completion", "text_completion")
+CHAT = Shape("chatcmpl", "chat.completion", "chat.completion.chunk")
+
+
+def response_object(cid: str, kind: str, served: Served, choices: list[dict], **usage: Any) -> dict:
+    """One answer or chunk; `usage` (when given, even None) is added under its key."""
+    return {"id": cid, "object": kind, "created": int(time.time()), "model": served.model, "choices": choices, **usage}
 
 
 def usage_of(prompt: list[int], completion: int) -> dict:
@@ -207,23 +315,30 @@ def sse(data: dict | str) -> str:
     return f"data: {data if isinstance(data, str) else json.dumps(data)}\n\n"
 
 
-async def stream_events(stream: Stream, served: Served, body: CompletionBody, prompt: list[int]) -> AsyncIterator[str]:
-    """Server-sent events: a chunk per engine step that made tokens, the finish reason, then [DONE]."""
-    cid, text, count = f"cmpl-{uuid.uuid4().hex}", TextStream(served.tokenizer), 0
+async def stream_events(stream: Stream, served: Served, body: GenerationFields, prompt: list[int], shape: Shape) -> AsyncIterator[str]:
+    """Server-sent events: a chunk per token (the last one with the finish reason), the usage, then [DONE]."""
+    cid, text, count = f"{shape.prefix}-{uuid.uuid4().hex}", TextStream(served.tokenizer), 0
+    usage = {"usage": None} if body.include_usage else {}
+    continuous = body.stream_options is not None and body.stream_options.continuous_usage_stats
     try:
         async for event in stream:
-            count += len(event.tokens)
             if event.finish_reason == "error":
                 yield sse({"error": {"message": event.error, "type": "server_error", "code": 500}})
                 break
             if event.finish_reason == "cancelled":  # the server is stopping under this request
                 yield sse({"error": {"message": "the server stopped before the request finished", "type": "server_error", "code": 503}})
                 break
-            choice = {"index": 0, "text": text.push(event.tokens), "token_ids": list(event.tokens),
-                      "logprobs": None, "finish_reason": event.finish_reason}  # fmt: skip
-            yield sse(completion_object(cid, served, [choice]))
-        if body.stream_options is not None and body.stream_options.include_usage:
-            yield sse(completion_object(cid, served, [], usage_of(prompt, count)))
+            tokens = list(event.tokens) or [None]  # a finish without a token still gets its chunk
+            for i, token in enumerate(tokens):
+                ids = [] if token is None else [token]
+                finish = event.finish_reason if i == len(tokens) - 1 else None
+                choice = shape.choice(text.push(ids), ids, finish, streamed=True, first=count == 0)
+                count += len(ids)
+                if continuous:
+                    usage = {"usage": usage_of(prompt, count)}
+                yield sse(response_object(cid, shape.chunk, served, [choice], **usage))
+        if body.include_usage:
+            yield sse(response_object(cid, shape.chunk, served, [], usage=usage_of(prompt, count)))
         yield sse("[DONE]")
     finally:
         stream.cancel()  # a disconnect cancels this generator: the row is given back (no-op once finished)
@@ -235,7 +350,7 @@ async def wait_for_disconnect(request: Request) -> None:
         pass
 
 
-async def complete(stream: Stream, served: Served, prompt: list[int], request: Request) -> JSONResponse:
+async def complete(stream: Stream, served: Served, prompt: list[int], request: Request, shape: Shape) -> JSONResponse:
     """A whole completion in one response; a client gone before the end cancels the request."""
     collect = asyncio.ensure_future(stream.tokens())
     gone = asyncio.ensure_future(wait_for_disconnect(request))
@@ -253,9 +368,9 @@ async def complete(stream: Stream, served: Served, prompt: list[int], request: R
         raise APIError(500, stream.error or "the engine failed", "server_error")
     if stream.finish_reason == "cancelled":
         raise APIError(503, "the server stopped before the request finished", "server_error")
-    choice = {"index": 0, "text": TextStream(served.tokenizer).push(tokens), "token_ids": tokens, "logprobs": None,
-              "finish_reason": stream.finish_reason}  # fmt: skip
-    return JSONResponse(completion_object(f"cmpl-{uuid.uuid4().hex}", served, [choice], usage_of(prompt, len(tokens))))
+    choice = shape.choice(TextStream(served.tokenizer).push(tokens), tokens, stream.finish_reason, streamed=False)
+    cid = f"{shape.prefix}-{uuid.uuid4().hex}"
+    return JSONResponse(response_object(cid, shape.whole, served, [choice], usage=usage_of(prompt, len(tokens))))
 
 
 def create_app(served: Served, guard: GuardSettings = GuardSettings()) -> FastAPI:
@@ -271,14 +386,22 @@ def create_app(served: Served, guard: GuardSettings = GuardSettings()) -> FastAP
     app.add_exception_handler(APIError, lambda request, e: e.response())
     app.add_middleware(Guard, settings=guard)  # host, key, content type, body size and time: before any route
 
-    @app.post("/v1/completions")
-    async def completions(request: Request):
-        body, prompt, params = parse_body(await request.body(), served)
+    async def answer(request: Request, body: GenerationFields, prompt: list[int], params: SamplingParams, shape: Shape):
         stream = submit(served, prompt, params)
         if body.stream:
-            return StreamingResponse(stream_events(stream, served, body, prompt), media_type="text/event-stream",
+            return StreamingResponse(stream_events(stream, served, body, prompt, shape), media_type="text/event-stream",
                                      headers={"Cache-Control": "no-cache"})  # fmt: skip
-        return await complete(stream, served, prompt, request)
+        return await complete(stream, served, prompt, request, shape)
+
+    @app.post("/v1/completions")
+    async def completions(request: Request):
+        body, prompt, params = parse_completion(await request.body(), served)
+        return await answer(request, body, prompt, params, COMPLETION)
+
+    @app.post("/v1/chat/completions")
+    async def chat_completions(request: Request):
+        body, prompt, params = parse_chat(await request.body(), served)
+        return await answer(request, body, prompt, params, CHAT)
 
     @app.get("/v1/models")
     async def models():

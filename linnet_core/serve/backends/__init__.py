@@ -29,14 +29,16 @@ class EngineSpec:
     device: str = "cpu"  # "cpu" | "cuda"
     work_dir: Path | None = None  # where a backend may write its artefacts (generated source, graphs); a temp dir when None
     mode: str | None = None  # a backend's variant, e.g. torch "eager" | "inductor" | "cudagraphs"; None picks per device
-    threads: int | None = None  # intra-op threads on a CPU; None: every core but one, which the serving loop keeps
+    threads: int | None = None  # intra-op threads on a CPU; None: see cpu_threads
 
     @property
     def cpu_threads(self) -> int:
-        """The serving loop and its clients (the event loop, HTTP, streaming) run beside the engine; an intra-op
-        pool over every core would fight them for the last one."""
-        return self.threads or max(1, len(os.sched_getaffinity(0)) - 1)
-
+        """The serving loop and its clients (the event loop, HTTP, streaming) run beside the engine: with more than
+        two cores the engine gets every core but one, which the loop keeps. On two cores or fewer it gets them all:
+        keeping one back halves the engine's compute (the 0.5B shape decoded on one thread of this 2-core machine,
+        where the single-request rows use two), while the loop's own work between steps is a few milliseconds."""
+        cores = len(os.sched_getaffinity(0))
+        return self.threads or (cores if cores <= 2 else cores - 1)
 
     def work(self, name: str) -> Path:
         """A directory for the backend's artefacts: under work_dir, or a fresh temporary one."""

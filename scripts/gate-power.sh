@@ -39,7 +39,7 @@ for i in $(seq "$repeats"); do
         echo "gate-power: $kind $i: exit $status in $((SECONDS - start)) s: $(tail -n 1 "$tmp/runs/$kind-$i.log")"
     done
     "$py" - "$tmp/runs" "$out" "$repeats" "$*" <<'TALLY'
-import json, pathlib, subprocess, sys, datetime
+import datetime, json, os, pathlib, subprocess, sys
 runs_dir, out, repeats, args = pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2]), int(sys.argv[3]), sys.argv[4].split()
 gates = []
 for line in (runs_dir / "index").read_text().splitlines():
@@ -69,6 +69,7 @@ out.write_text(json.dumps({
     "what": "scripts/gate-power.sh: .ci/gate on unchanged code and on a planted 15% decode slowdown of linnet-torch",
     "commit": commit, "trials_per_gate": int(args[0]), "runners": args[1:], "repeats_planned": repeats,
     "finished_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+    "load_average_1_5_15_min": [round(x, 1) for x in os.getloadavg()],  # other work on the machine skews every gate
     "summary": summary, "gates": gates,
 }, indent=2) + "\n")
 print("gate-power:", json.dumps(summary))

@@ -162,7 +162,7 @@ def score_reference(settings, base_spec, scratch: Path, display: Display):
 
 
 def make_row(info: RunnerInfo, outcome: launch.ChildOutcome, work: Path, reference: Reference) -> Row:
-    row = Row(runner=info.id, label=info.label, group=info.group, peer=info.peer, status="failed")
+    row = Row(runner=info.id, label=info.label, group=info.group, peer=info.peer, quant=info.quant, status="failed")
     record = outcome.record
     if record is None:
         row.reason = outcome.failure

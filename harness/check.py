@@ -56,7 +56,7 @@ GATE_THRESHOLDS = Thresholds(speed=0.45, memory=0.30, min_seconds=0.05)
 # rows are 0.14-0.39). Quantized weights move logits by more than any fixed bound tells from wrong (llama.cpp q8_0:
 # 2.3 on qwen2-tiny, 8.2 on the 0.5B shape in bf16): their distance is not judged, their accuracy is
 # (ACCURACY_BOUNDS).
-TOLERANCES = {"f32": 1e-4, "f16": 0.25, "bf16": 0.5, "int8": float("inf"), "int4": float("inf")}
+TOLERANCES = {"f32": 1e-4, "f16": 0.25, "bf16": 0.5, "int8": float("inf")}
 # f32 rounding grows with depth: on the 24-layer Qwen2.5-0.5B shape every engine measured sits 2.9e-4 to 4.9e-4 from
 # the reference (results/qwen2.5-0.5b-instruct, sums in another order), the 2-layer test model within 5e-5. So a deep
 # model's f32 bound is this much per layer (1.2e-3 at 24 layers), never under TOLERANCES["f32"].
@@ -82,14 +82,16 @@ class AccuracyBound:
 # weights; harness/accuracy.py's test checks their distributions are neither flat nor one-hot), about 10x above
 # what correct rows measured there, and from the physics: f32 differs by summation order (KL ~1e-10), f16 and bf16 by
 # rounding every activation (3 and 8 significant bits fewer), 8-bit weights by a rounding step of 1/254 of each
-# channel's (or block's) largest weight, 4-bit ones by 1/14 of each group's.
+# channel's (or block's) largest weight. The tiny model's distributions are broad (mean top-1 probability 0.28), so
+# near-ties are common and small logit errors flip them: there per-channel int8 weights measured KL 0.017, p99 0.094,
+# top-1 0.926, llama.cpp q8_0 (8-bit activations too) 0.023, 0.115, 0.899; even weights rounded to bf16 agree at
+# 0.981. The 8-bit bounds hold about 2x above those; a broken row (a lost bias, a wrong scale) is KL > 1, top-1 < 0.5.
 ACCURACY_BOUNDS = {
     "f32": AccuracyBound(kl_mean=1e-6, kl_p99=1e-5, top1_agree=0.99),
     "f16": AccuracyBound(kl_mean=1e-3, kl_p99=1e-2, top1_agree=0.97),
     "bf16": AccuracyBound(kl_mean=2e-2, kl_p99=0.2, top1_agree=0.90),
-    "int8": AccuracyBound(kl_mean=1e-2, kl_p99=0.1, top1_agree=0.95),
-    "q8_0": AccuracyBound(kl_mean=0.1, kl_p99=0.5, top1_agree=0.80),  # llama.cpp also rounds activations to 8 bits
-    "int4": AccuracyBound(kl_mean=0.2, kl_p99=1.0, top1_agree=0.80),
+    "int8": AccuracyBound(kl_mean=0.05, kl_p99=0.3, top1_agree=0.85),
+    "q8_0": AccuracyBound(kl_mean=0.05, kl_p99=0.3, top1_agree=0.85),
 }
 
 

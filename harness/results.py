@@ -26,6 +26,7 @@ class Row(BaseModel):
     status: Literal["ok", "skipped", "failed"]
     reason: str | None = None  # why skipped or failed (stderr tail for a crash)
     peer: str | None = None  # the runner id of the stack this row replaces
+    quant: str | None = None  # the weights' quantization ("int8", "q8_0", "f16"); None: the run's dtype
     distance: float | None = None  # max |logits - reference logits|; None when not compared
     kl_mean: float | None = None  # mean over the probe's positions of KL(reference || row), nats (harness/accuracy.py)
     kl_p99: float | None = None  # the 99th percentile of that KL over the positions

@@ -48,6 +48,7 @@ class ServerSettings:
     mode: str | None = None  # the backend's variant (torch: eager | inductor | cudagraphs); None picks per device
     host: str = "127.0.0.1"  # loopback unless asked otherwise
     port: int = 8000
+    quant: str | None = None  # weight-only quantization of the engine's linear layers: None | "int8" (torch, ort)
 
 
 class APIError(Exception):
@@ -302,7 +303,7 @@ def build(settings: ServerSettings) -> Served:
         raise UserError(f"--positions {settings.positions} is more than the model's {config.max_position_embeddings}")
     work = tempfile.TemporaryDirectory(prefix="linnet-serve-")
     spec = EngineSpec(settings.checkpoint, settings.rows, settings.positions, settings.dtype, settings.device,
-                      Path(work.name), settings.mode)  # fmt: skip
+                      Path(work.name), settings.mode, quant=settings.quant)  # fmt: skip
     built = make_engine(settings.backend, spec)
     serve_config = dataclasses.replace(serve_config, **built.serve_options)
     engine = ServeEngine(built.engine, serve_config, config.eos_token_id, name=settings.backend)

@@ -12,12 +12,12 @@ from pathlib import Path
 
 import numpy as np
 
-from harness import environment, launch
+from harness import accuracy, environment, launch
 from harness.registry import ModelEntry, checkpoint_for
 from harness.results import SCHEMA_VERSION, ResultFile, Row, write_result
 from harness.trials import combine_trials
 from harness.validate import invalid_figures
-from harness.workload import Profile, probe_ids, prompt_ids
+from harness.workload import PROBE_PREFILL, Profile, probe_ids, prompt_ids
 from runners import REFERENCE, RunnerInfo
 from runners.base import RunSpec
 
@@ -92,6 +92,8 @@ def new_result(settings: BenchSettings, weights: str, machine: dict, created_at:
             "runs": profile.runs,
             "seed": settings.seed,
             "max_positions": profile.max_positions,
+            "probe_tokens": len(probe_ids(entry.first_special_token, settings.seed)),
+            "probe_prefill": PROBE_PREFILL,
             # the many-requests workload, recorded when a serving row runs
             **({"serving": dataclasses.asdict(profile.serving)} if serving else {}),
         },
@@ -119,7 +121,7 @@ def spec_fields(settings: BenchSettings, ckpt: Path) -> dict:
         warmups=profile.warmups,
         runs=profile.runs,
         probe=probe,
-        probe_prefill=len(probe) * 3 // 5,
+        probe_prefill=PROBE_PREFILL,
         max_positions=profile.max_positions,
     )
 
@@ -167,6 +169,8 @@ def run_trials(settings: BenchSettings, result: ResultFile, path: Path, base_spe
             if done is None:
                 if info.id == REFERENCE:
                     reference.load(outcome, spec.work)
+                if reference.logits is not None and result.reference_distributions is None:
+                    result.reference_distributions = accuracy.distribution_shape(reference.logits)
                 done = rows[info.id] = RowTrials(make_row(info, outcome, spec.work, reference))
                 result.rows.append(done.row)
             else:
@@ -273,7 +277,8 @@ def trial_metrics(record: dict, outcome: launch.ChildOutcome) -> dict:
 
 
 def compare_with_reference(row: Row, record: dict, work: Path, reference: Reference) -> None:
-    """Sets the row's distance (max |logits - reference|) and how many greedy tokens agree with the reference."""
+    """Sets the row's distance (max |logits - reference|), its accuracy figures (KL divergence from the reference's
+    distributions, top-1 agreement) and how many greedy tokens agree with the reference."""
     if not record.get("has_logits"):
         row.notes.append("not compared: this engine exposes no logits")
     elif reference.failure:
@@ -285,9 +290,18 @@ def compare_with_reference(row: Row, record: dict, work: Path, reference: Refere
             row.notes.append(f"not compared: logits of shape {logits.shape}, the reference's are {reference.logits.shape}")
         else:
             row.distance = float(np.max(np.abs(logits.astype(np.float64) - reference.logits)))
+            set_accuracy(row, reference.logits, logits)
     tokens = record.get("tokens")
     if tokens is not None and reference.tokens is not None:
         agree = next((i for i, (a, b) in enumerate(zip(tokens, reference.tokens)) if a != b), len(tokens))
         row.tokens_agree = agree  # type: ignore[attr-defined]  # leading greedy tokens equal to the reference's
         if agree < len(tokens):
             row.notes.append(f"greedy tokens follow the reference's for {agree} of {len(tokens)}")
+
+
+def set_accuracy(row: Row, reference: np.ndarray, logits: np.ndarray) -> None:
+    """The row's kl_mean, kl_p99 and top1_agree from one set of probe logits (harness/accuracy.py)."""
+    figures = accuracy.accuracy(reference, logits)
+    row.kl_mean, row.kl_p99, row.top1_agree = figures.kl_mean, figures.kl_p99, figures.top1_agree
+    if figures.kl_mean is None:
+        row.notes.append("KL divergence not computed: the row's probe logits are not all finite")

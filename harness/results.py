@@ -29,8 +29,11 @@ class Row(BaseModel):
     status: Literal["ok", "skipped", "failed"]
     reason: str | None = None  # why skipped or failed (stderr tail for a crash)
     peer: str | None = None  # the runner id of the stack this row replaces
+    quant: str | None = None  # the weights' quantization ("int8", "q8_0", "f16"); None: the run's dtype
     distance: float | None = None  # max |logits - reference logits|; None when not compared
-    quant: str | None = None  # how the weights are stored when not in the run's dtype ("f16", "q8_0"); see check.py
+    kl_mean: float | None = None  # mean over the probe's positions of KL(reference || row), nats (harness/accuracy.py)
+    kl_p99: float | None = None  # the 99th percentile of that KL over the positions
+    top1_agree: float | None = None  # share of the probe's positions whose top-1 token is the reference's
     notes: list[str] = Field(default_factory=list)
     metrics: dict[str, Any] = Field(default_factory=dict)  # ttft_ms, decode_tok_s, ... with *_min/*_max and *_ci
     # Schema 2: every timed value, {metric: [[run values of trial 1], [trial 2], ...]}; empty in version 1 files.
@@ -51,6 +54,8 @@ class ResultFile(BaseModel):
     workload: dict[str, Any]  # prompt/new tokens, runs, warm-ups, seed, serving workload
     protocol: dict[str, Any]  # profile name, dtype, device, timeouts
     weights: str  # "synthetic" or the checkpoint path
+    # the reference's distributions on the probe (harness.accuracy.distribution_shape): entropy, top-1 probability
+    reference_distributions: dict[str, Any] | None = None
     complete: bool = True  # False while running or after an interruption: the rows so far are kept
     rows: list[Row] = Field(default_factory=list)
 

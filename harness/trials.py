@@ -91,6 +91,9 @@ def merge_rows(repeats: list[Row]) -> Row:
     row = repeats[0].model_copy(deep=True)
     distances = [r.distance for r in repeats if r.distance is not None]
     row.distance = max(distances) if distances else None
+    for name, worst in (("kl_mean", max), ("kl_p99", max), ("top1_agree", min)):  # a wrong answer is never noise
+        values = [getattr(r, name) for r in repeats if getattr(r, name) is not None]
+        setattr(row, name, worst(values) if values else None)
     row.notes = list(dict.fromkeys(n for r in repeats for n in r.notes))
     metrics, samples = [], []
     for r in repeats:

@@ -23,8 +23,8 @@ class Profile:
 
     @property
     def max_positions(self) -> int:
-        """Static caches hold prompt + new tokens, rounded up to a multiple of 256."""
-        return -(-(self.prompt_tokens + self.new_tokens) // 256) * 256
+        """Static caches hold prompt + new tokens, or the probe when it is longer, rounded up to a multiple of 256."""
+        return -(-max(self.prompt_tokens + self.new_tokens, PROBE_TOKENS) // 256) * 256
 
     @property
     def serving(self) -> ServingWorkload:
@@ -90,8 +90,11 @@ PROFILES: dict[str, Profile] = {
     )
 }
 
-PROBE_TOKENS = 40  # the distance probe: this many tokens ...
-PROBE_PREFILL = 24  # ... of which this many are prefilled and the rest fed one at a time
+# The probe (distance and accuracy from the reference): this many tokens, of which this many are prefilled and the
+# rest fed one at a time; logits are compared at the last prefilled position and after each fed token, 257 positions
+# in all, enough for a 99th percentile of the per-position KL divergence to rest on more than a couple of positions.
+PROBE_TOKENS = 288
+PROBE_PREFILL = 32
 
 
 def get_profile(name: str) -> Profile:
@@ -105,5 +108,6 @@ def prompt_ids(length: int, first_special_token: int, seed: int) -> list[int]:
     return np.random.default_rng(seed).integers(0, first_special_token, size=length).tolist()
 
 
-def probe_ids(first_special_token: int, seed: int) -> list[int]:
-    return prompt_ids(PROBE_TOKENS, first_special_token, seed + 1)
+def probe_ids(first_special_token: int, seed: int, length: int = PROBE_TOKENS) -> list[int]:
+    """The probe's token ids (seeded like a prompt, from another seed); tests may take a shorter one."""
+    return prompt_ids(length, first_special_token, seed + 1)

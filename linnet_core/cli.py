@@ -38,15 +38,17 @@ def compile_(
     dtype: str = typer.Option("f32", help="f32, f16 or bf16"),
     max_positions: int = typer.Option(768, help="static KV cache positions"),
     rows: int = typer.Option(1, help="static KV cache rows (serving uses more)"),
+    quant: Optional[str] = typer.Option(None, help="weight-only quantization of the linear layers: int8 (targets torch, onnx)"),
 ) -> None:
     """Write MODEL's artefacts for one engine (generated source, serialized graphs) into OUT."""
     from linnet_core.graph import qwen2_decoder
 
     if dtype not in ("f32", "f16", "bf16"):
         raise UserError(f"unknown dtype {dtype!r}; use f32, f16 or bf16")
+    check_quant(quant, target)
     write = compile_function(target)
     entry, ckpt = resolve(model, weights)
-    files = write(qwen2_decoder(entry.config), ckpt, out, CompileOptions(dtype, max_positions, rows))
+    files = write(qwen2_decoder(entry.config), ckpt, out, CompileOptions(dtype, max_positions, rows, quant))
     for f in files:
         console.print(f"wrote {f}", soft_wrap=True, highlight=False)
 
@@ -109,6 +111,7 @@ def serve(
     allow_unauthenticated: bool = typer.Option(False, "--allow-unauthenticated",
                                                help="serve beyond loopback without --api-key (anyone who can reach it)"),
     request_timeout: float = typer.Option(30.0, help="seconds a client may take to send a request's headers or body"),
+    quant: Optional[str] = typer.Option(None, help="weight-only quantization of the linear layers: int8 (torch, ort)"),
 ) -> None:
     """Serve MODEL over an OpenAI-compatible HTTP API (POST /v1/completions, GET /v1/models, GET /health)."""
     from harness.memory import nvml_handles
@@ -124,10 +127,11 @@ def serve(
     if not (math.isfinite(request_timeout) and request_timeout > 0):
         raise UserError(f"--request-timeout {request_timeout}: give a number of seconds above 0")
     check_dtype_device(dtype, device)
+    check_quant(quant, backend)
     entry, ckpt = resolve(model, weights)
     settings = ServerSettings(entry.id, ckpt, backend, rows, positions, max_waiting, dtype,
                               device or ("cuda" if nvml_handles() else "cpu"), mode, host, port, api_key or None,
-                              request_timeout)  # fmt: skip
+                              request_timeout, quant)  # fmt: skip
     run_server(settings, on_ready=lambda line: console.print(line, highlight=False, soft_wrap=True))
 
 
@@ -156,6 +160,18 @@ def check_dtype_device(dtype: str, device: Optional[str]) -> None:
         raise UserError(f"unknown dtype {dtype!r}; use f32, f16 or bf16")
     if device not in (None, "cpu", "cuda"):
         raise UserError(f"unknown device {device!r}; use cpu or cuda")
+
+
+def check_quant(quant: Optional[str], where: str) -> None:
+    """A one-line error for an unknown quantization, or for a compile target or serve backend without it."""
+    from linnet_core import quant as quantization
+
+    if quant is None:
+        return
+    quantization.check_quant(quant)
+    if where in ("jax", "stablehlo", "xla"):
+        raise UserError(f"--quant {quant}: {where} has no quantized weights; use target torch or onnx (compile), "
+                        "backend torch or ort (serve)")
 
 
 def main() -> None:

@@ -33,6 +33,7 @@ from onnx import TensorProto, helper
 
 from linnet_core.checkpoint import load_weights
 from linnet_core.graph import Decoder, Op
+from linnet_core.quant import onnx_blocks, quantize
 from linnet_core.targets import CompileOptions
 
 OPSET = 21  # ONNX Runtime >= 1.18 and TensorRT 10 read it
@@ -48,6 +49,13 @@ DTYPES = {
 }
 F32 = TensorProto.FLOAT
 I64 = TensorProto.INT64
+# Weight-only int8 (--quant int8) runs ONNX Runtime's MatMulNBits contrib op: 8-bit weights in blocks of this many
+# inputs, one scale each. Its CPU kernel for 8-bit weights is fast only at accuracy level 4, which rounds each
+# block of activations to int8 too (as llama.cpp's q8_0 does, also in blocks of 32): at level 0 (float activations)
+# it dequantizes as it goes, measured ~10x slower than the f32 MatMul on Qwen2.5-0.5B's head on this CPU.
+INT8_BLOCK = 32
+INT8_ACCURACY_LEVEL = 4
+CONTRIB = "com.microsoft"
 
 
 class GraphBuilder:
@@ -103,8 +111,10 @@ class GraphBuilder:
 class OnnxEmitter:
     """Renders a Decoder as one ONNX model in one compute dtype, over a cache of `rows` x `max_positions`."""
 
-    def __init__(self, decoder: Decoder, dtype: str, rows: int, max_positions: int):
+    def __init__(self, decoder: Decoder, dtype: str, rows: int, max_positions: int, quant: str | None = None):
         assert dtype in DTYPES, dtype
+        assert quant in (None, "int8"), quant
+        self.quant = quant
         self.decoder, self.config = decoder, decoder.config
         self.dtype, (self.elem, self.np_dtype) = dtype, DTYPES[dtype]
         self.rows, self.max_positions = rows, max_positions
@@ -157,14 +167,16 @@ class OnnxEmitter:
             helper.make_tensor_value_info("cache_out", dt, self.cache_shape),
         ]
         graph = helper.make_graph(self.g.nodes, "linnet_decoder", inputs, outputs, list(self.g.initializers.values()))
+        opsets = [helper.make_opsetid("", OPSET)] + ([helper.make_opsetid(CONTRIB, 1)] if self.quant else [])
         model = helper.make_model(
-            graph, opset_imports=[helper.make_opsetid("", OPSET)], ir_version=IR_VERSION, producer_name="linnet",
+            graph, opset_imports=opsets, ir_version=IR_VERSION, producer_name="linnet",
             doc_string=f"Linnet {self.dtype} decoder: one graph for prefill (B=1, T=prompt) and decode (B=rows, T=1)",
         )  # fmt: skip
         helper.set_model_props(model, {
             "linnet.dtype": self.dtype,
             "linnet.rows": str(self.rows),
             "linnet.max_positions": str(self.max_positions),
+            "linnet.quant": self.quant or "none",
             "linnet.cache_layout": "rows, layers, k/v, kv_heads, positions, head_dim",
         })  # fmt: skip
         return model
@@ -180,6 +192,24 @@ class OnnxEmitter:
             return name
         array = np.asarray(self.tensors[self.hf_names[name]]).astype(np.float32).astype(self.np_dtype)
         return self.g.tensor(name, array.T if transpose else array, self.elem, doc)
+
+    def int8_weight(self, name: str) -> tuple[str, str, int, int]:
+        """A Linnet weight [N, K] as MatMulNBits' inputs, created on first use: its int8 blocks (linnet_core.quant)
+        and their scales [N * blocks] in the compute dtype. Returns (blocks, scales, N, K)."""
+        array = np.asarray(self.tensors[self.hf_names[name]])
+        n, k = array.shape
+        blocks, scales = f"{name}.int8", f"{name}.scales"
+        if blocks not in self.g.initializers:
+            q = quantize(array, bits=8, group=INT8_BLOCK)
+            self.g.tensor(blocks, onnx_blocks(q), TensorProto.UINT8, f"int8 + 128 in blocks of {INT8_BLOCK}: [out, blocks, {INT8_BLOCK}]")
+            self.g.tensor(scales, q.scales.reshape(-1).astype(self.np_dtype), self.elem, "one per block, [out * blocks]")
+        return blocks, scales, n, k
+
+    def matmul_int8(self, x: str, weight: str, name: str, doc: str) -> str:
+        """x [..., K] @ weight.T -> [..., N] with the weight in int8 blocks (MatMulNBits, ONNX Runtime's contrib op)."""
+        blocks, scales, n, k = self.int8_weight(weight)
+        return self.g.op("MatMulNBits", x, blocks, scales, name=name, doc=doc, domain=CONTRIB, K=k, N=n, bits=8,
+                         block_size=INT8_BLOCK, accuracy_level=INT8_ACCURACY_LEVEL)  # fmt: skip
 
     def cast(self, x: str, elem: int, name: str) -> str:
         """x cast to elem; nothing when it already is (the f32 graph has no casts)."""
@@ -208,7 +238,10 @@ class OnnxEmitter:
 
     def linear(self, op: Op, x: str, weight: str, bias: str | None = None) -> str:
         # x [B, T, in] @ W.T [in, out] (+ b) -> [B, T, out]
-        y = self.g.op("MatMul", x, self.weight(weight, transpose=True), name=f"{op.out[0]}_matmul", doc=op.shape)
+        if self.quant == "int8":
+            y = self.matmul_int8(x, weight, f"{op.out[0]}_matmul", op.shape)
+        else:
+            y = self.g.op("MatMul", x, self.weight(weight, transpose=True), name=f"{op.out[0]}_matmul", doc=op.shape)
         return self.g.op("Add", y, self.weight(bias), name=op.out[0], doc=op.shape) if bias else y
 
     def rope(self, op: Op, q: str, k: str, positions: str) -> tuple[str, str]:
@@ -366,7 +399,10 @@ class OnnxEmitter:
 
     def logits(self, op: Op, x: str, head: str) -> str:
         # x [B, H] @ head.T -> [B, V]: Gemm reads the [V, H] head (the tied embedding) transposed in place
-        logits = self.g.op("Gemm", x, self.weight(head), transB=1, name="logits_compute", doc="[B, V]")
+        if self.quant == "int8":  # the head in int8 blocks; a tied embedding's Gather keeps reading the float table
+            logits = self.matmul_int8(x, head, "logits_compute", "[B, V]")
+        else:
+            logits = self.g.op("Gemm", x, self.weight(head), transB=1, name="logits_compute", doc="[B, V]")
         if self.elem == F32:
             return self.g.op("Identity", logits, out="logits", doc="[B, V]")
         return self.g.op("Cast", logits, to=F32, out="logits", doc="[B, V] f32")
@@ -377,9 +413,9 @@ class OnnxEmitter:
 
 
 def build_model(
-    decoder: Decoder, tensors: dict[str, np.ndarray], dtype: str, rows: int, max_positions: int
+    decoder: Decoder, tensors: dict[str, np.ndarray], dtype: str, rows: int, max_positions: int, quant: str | None = None
 ) -> onnx.ModelProto:
-    return OnnxEmitter(decoder, dtype, rows, max_positions).build(tensors)
+    return OnnxEmitter(decoder, dtype, rows, max_positions, quant).build(tensors)
 
 
 def save_model(model: onnx.ModelProto, out: Path) -> list[Path]:
@@ -393,6 +429,8 @@ def save_model(model: onnx.ModelProto, out: Path) -> list[Path]:
 
 
 def write_onnx(decoder: Decoder, checkpoint: Path, out: Path, options: CompileOptions) -> list[Path]:
-    """The `onnx` compile target: one model for options.dtype over a cache of options.batch x options.max_positions."""
+    """The `onnx` compile target: one model for options.dtype over a cache of options.batch x options.max_positions,
+    its linear layers and head in int8 blocks when options.quant is "int8"."""
     tensors = load_weights(checkpoint, "np")
-    return save_model(build_model(decoder, tensors, options.dtype, options.batch, options.max_positions), Path(out))
+    model = build_model(decoder, tensors, options.dtype, options.batch, options.max_positions, options.quant)
+    return save_model(model, Path(out))

@@ -22,6 +22,7 @@ from types import ModuleType
 import jinja2
 
 from linnet_core.checkpoint import check_weights, header_shapes
+from linnet_core.errors import UserError
 from linnet_core.graph import Decoder, Op
 from linnet_core.targets import CompileOptions
 
@@ -116,13 +117,19 @@ def render_rms_norm(op: Op) -> str:
     return f"{py(op.out[0])} = rms_norm({py(op.inputs[0])}, {w}, {op.attrs['eps']!r}, {w}_doubled)"
 
 
-def render_linear(op: Op) -> str | list[str]:
-    args = ", ".join([py(op.inputs[0]), *(f"self.{attr(w)}" for w in op.weights)])
+def render_linear(op: Op, function: str = "linear", scaled: bool = False) -> str | list[str]:
+    weight, *bias = (f"self.{attr(w)}" for w in op.weights)
+    args = ", ".join([py(op.inputs[0]), weight, *([f"{weight}_scales"] if scaled else []), *bias])
     if "split" not in op.attrs:
-        return f"{py(op.out[0])} = linear({args})"
+        return f"{py(op.out[0])} = {function}({args})"
     joint, outs = op.attrs["joint"], ", ".join(py(v) for v in op.out)
     width = sum(op.attrs["split"])
-    return [f"{joint} = linear({args})  # [B, T, {width}]", f"{outs} = {joint}.split_with_sizes({op.attrs['split']}, dim=-1)"]
+    return [f"{joint} = {function}({args})  # [B, T, {width}]", f"{outs} = {joint}.split_with_sizes({op.attrs['split']}, dim=-1)"]
+
+
+def render_linear_int8(op: Op) -> str | list[str]:
+    """The weight-only int8 variant: the int8 weight and its per-channel scales (see linear_int8 in the module)."""
+    return render_linear(op, "linear_int8", scaled=True)
 
 
 def render_rope(op: Op) -> str:
@@ -156,6 +163,16 @@ def render_logits(op: Op) -> str:
     return f"{py(op.out[0])} = linear({py(op.inputs[0])}, self.{attr(op.weights[0])})"
 
 
+def render_logits_int8(op: Op) -> str:
+    w = f"self.{attr(op.weights[0])}"
+    return f"{py(op.out[0])} = linear_int8({py(op.inputs[0])}, {w}, {w}_scales)"
+
+
+def render_embed_int8(op: Op) -> str:
+    w = f"self.{attr(op.weights[0])}"
+    return f"{py(op.out[0])} = embedding_int8({py(op.inputs[0])}, {w}, {w}_scales)"
+
+
 def render_argmax(op: Op) -> str:
     assert op.attrs.get("at") == "last", op.attrs  # the epilogue sees only the last position (Decoder.forward)
     return f"{py(op.out[0])} = {py(op.inputs[0])}[:, -1].argmax(-1)"
@@ -172,10 +189,20 @@ RENDER = {
     "logits": render_logits,
     "argmax": render_argmax,
 }
+# Op kinds whose weight may be int8 (CompileOptions.quant): what they render as when it is.
+RENDER_INT8 = {"linear": render_linear_int8, "logits": render_logits_int8, "embed": render_embed_int8}
 
 
-def section(ops: list[Op], shapes: dict[str, tuple[int, ...]], fused: dict[str, list[str]], tied: str | None) -> Section:
-    """A class's init (one attribute per weight it reads, with its shape) and forward body (a line per op)."""
+def quantized_weights(ops: list[Op]) -> set[str]:
+    """The weights weight-only quantization applies to: the matrices of linear layers and of the head (a tied head's
+    is the embedding table, whose lookups then read it as int8 too)."""
+    return {op.weights[0] for op in ops if op.kind in ("linear", "logits")}
+
+
+def section(ops: list[Op], shapes: dict[str, tuple[int, ...]], fused: dict[str, list[str]], tied: str | None,
+            int8: set[str] = frozenset()) -> Section:  # fmt: skip
+    """A class's init (one attribute per weight it reads, with its shape) and forward body (a line per op).
+    int8: the weights stored as int8 with per-channel scales (quantized_weights), when compiled with quant "int8"."""
     init, seen = [], set()
     for op in ops:
         for w in op.weights:
@@ -185,12 +212,14 @@ def section(ops: list[Op], shapes: dict[str, tuple[int, ...]], fused: dict[str, 
             note = f": {', '.join(p.split('.')[0] for p in fused[w])} fused" if w in fused else ""
             note += ": the token embedding's (tied head)" if w == tied and op.kind == "logits" else ""
             shape = list(fused_shape(w, shapes, fused))
-            init.append(f'self.{attr(w)} = weights["{w}"]  # {shape}{note}')
+            init.append(f'self.{attr(w)} = weights["{w}"]  # {shape}{" int8" if w in int8 else ""}{note}')
+            if w in int8:
+                init.append(f'self.{attr(w)}_scales = weights["{w}_scales"]  # [{shape[0]}]: per output channel')
             if op.kind == "rms_norm":  # what rms_norm's single-kernel form needs (see there)
                 init.append(f"self.{attr(w)}_doubled = torch.cat((self.{attr(w)}, self.{attr(w)}))")
     body = []
     for op in ops:
-        rendered = RENDER[op.kind](op)
+        rendered = (RENDER_INT8 if op.weights and op.weights[0] in int8 else RENDER)[op.kind](op)
         *before, line = [rendered] if isinstance(rendered, str) else rendered
         body += before
         if len(line) + len(op.shape) > 100:  # a long statement gets its shape comment on the line above
@@ -249,6 +278,10 @@ def render_module(decoder: Decoder, checkpoint: Path, options: CompileOptions) -
         "num_key_value_heads": c.num_key_value_heads,
     }  # fmt: skip
     tied = decoder.head_weight if c.tie_word_embeddings else None
+    if options.quant not in (None, "int8"):
+        raise UserError(f"the torch target offers weight-only int8 (--quant int8), not {options.quant}")
+    int8 = quantized_weights([*block_ops, *prologue_ops, *epilogue_ops]) if options.quant == "int8" else set()
+    embed_weight = decoder.prologue[0].weights[0]
     env = jinja2.Environment(
         loader=jinja2.PackageLoader("linnet_core", "templates"),
         trim_blocks=True,
@@ -261,7 +294,8 @@ def render_module(decoder: Decoder, checkpoint: Path, options: CompileOptions) -
         summary=textwrap.fill(
             f"{c.num_hidden_layers} layers of width {c.hidden_size}; {c.num_attention_heads} query heads and "
             f"{c.num_key_value_heads} key/value heads of {c.head_dim}; MLP width {c.intermediate_size}; "
-            f"vocabulary {c.vocab_size}; output head {'tied to the token embedding' if tied else 'untied'}.",
+            f"vocabulary {c.vocab_size}; output head {'tied to the token embedding' if tied else 'untied'}"
+            + ("; weights of the linear layers and the head int8, one scale per output channel." if int8 else "."),
             width=116,
         ),
         constants=[(n, f"{v!r}  # {doc}" if not isinstance(v, str) else f"{v}  # {doc}") for n, v, doc in constants],
@@ -271,11 +305,13 @@ def render_module(decoder: Decoder, checkpoint: Path, options: CompileOptions) -
             for n in dict.fromkeys(block_names)
         ],
         compiled_config=list(compiled_config.items()),
-        prologue=section(prologue_ops, global_shapes, global_fused, tied),
-        block=section(block_ops, block_shapes, block_fused, tied),
-        epilogue=section(epilogue_ops, global_shapes, global_fused, tied),
+        prologue=section(prologue_ops, global_shapes, global_fused, tied, int8),
+        block=section(block_ops, block_shapes, block_fused, tied, int8),
+        epilogue=section(epilogue_ops, global_shapes, global_fused, tied, int8),
         epilogue_returns=f"{py(argmax.inputs[0])}[:, -1], {py(argmax.out[0])}",
-        embed_weight=decoder.prologue[0].weights[0],
+        quantized=[n for n in dict.fromkeys(global_names) if n in int8]
+        + [layer_prefix + n for n in dict.fromkeys(block_names) if n in int8],
+        float_weight=f"{embed_weight}_scales" if embed_weight in int8 else embed_weight,
         hidden=c.hidden_size,
         vocab=c.vocab_size,
         layers=c.num_hidden_layers,

@@ -16,6 +16,7 @@ class CompileOptions:
     dtype: str = "f32"  # "f32" | "f16" | "bf16": the compute dtype baked into the artefacts
     max_positions: int = 768  # static KV cache positions per row
     batch: int = 1  # rows of the static cache (serving uses more)
+    quant: str | None = None  # weight-only quantization of the linear layers (linnet_core/quant.py): None | "int8"
 
 
 # target name -> "module:function"

@@ -19,7 +19,7 @@ class RunnerInfo:
     group: str  # one of GROUPS
     peer: str | None = None  # the runner id of the stack this row replaces
     kind: Literal["single", "serving"] = "single"  # single-request protocol or the serving workload
-    quant: str | None = None  # how its weights are stored when not in the run's dtype ("f16", "q8_0"): its tolerance
+    quant: str | None = None  # the weights' quantization ("int8", "q8_0", "f16"); None: the run's dtype
 
     def __post_init__(self):
         assert self.group in GROUPS, self.group
@@ -33,12 +33,18 @@ RUNNERS: dict[str, RunnerInfo] = {
         RunnerInfo("linnet-torch", "runners.linnet_torch", "Linnet, generated PyTorch", "PyTorch", "transformers-compiled"),
         RunnerInfo("linnet-inductor", "runners.linnet_inductor", "Linnet, inductor", "PyTorch", "transformers-compiled"),
         RunnerInfo("linnet-cudagraphs", "runners.linnet_cudagraphs", "Linnet, CUDA graphs", "PyTorch", "transformers-compiled"),
+        RunnerInfo("linnet-torch-int8", "runners.linnet_torch:Int8", "Linnet, generated PyTorch, int8 weights", "PyTorch",
+                   "llamacpp-linnet-gguf-q8_0", quant="int8"),
+        RunnerInfo("linnet-inductor-int8", "runners.linnet_inductor:Int8", "Linnet, inductor, int8 weights", "PyTorch",
+                   "llamacpp-linnet-gguf-q8_0", quant="int8"),
         RunnerInfo("kerashub", "runners.kerashub", "KerasHub", "JAX"),
         RunnerInfo("linnet-stablehlo", "runners.linnet_stablehlo", "Linnet, XLA (StableHLO)", "JAX", peer="kerashub"),
         RunnerInfo("linnet-jax", "runners.linnet_jax", "Linnet, XLA (generated JAX)", "JAX", peer="kerashub"),
         RunnerInfo("linnet-ort-f32", "runners.linnet_ort", "Linnet, ONNX Runtime f32", "ONNX Runtime and TensorRT"),
         RunnerInfo("linnet-ort-f16", "runners.linnet_ort", "Linnet, ONNX Runtime f16", "ONNX Runtime and TensorRT"),
         RunnerInfo("linnet-ort-bf16", "runners.linnet_ort", "Linnet, ONNX Runtime bf16", "ONNX Runtime and TensorRT"),
+        RunnerInfo("linnet-ort-int8", "runners.linnet_ort:Int8", "Linnet, ONNX Runtime, int8 weights", "ONNX Runtime and TensorRT",
+                   "llamacpp-linnet-gguf-q8_0", quant="int8"),
         RunnerInfo("linnet-trt-f32", "runners.linnet_trt", "Linnet, TensorRT f32", "ONNX Runtime and TensorRT"),
         RunnerInfo("linnet-trt-f16", "runners.linnet_trt", "Linnet, TensorRT f16", "ONNX Runtime and TensorRT"),
         RunnerInfo("linnet-trt-bf16", "runners.linnet_trt", "Linnet, TensorRT bf16", "ONNX Runtime and TensorRT"),

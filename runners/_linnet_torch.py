@@ -15,6 +15,7 @@ from runners._torch import cuda_unavailable, set_threads
 
 class LinnetTorchRunner(base.EngineRunner):
     mode = "eager"  # the generated Engine's mode: "eager" | "inductor" | "cudagraphs"
+    quant: str | None = None  # weight-only quantization compiled into the module: None | "int8"
 
     @classmethod
     def unavailable(cls, spec):
@@ -25,12 +26,17 @@ class LinnetTorchRunner(base.EngineRunner):
         set_threads()
         spec = self.spec
         decoder = qwen2_decoder(read_config(spec.checkpoint))
-        options = CompileOptions(dtype=spec.dtype, max_positions=spec.max_positions, batch=1)
+        options = CompileOptions(dtype=spec.dtype, max_positions=spec.max_positions, batch=1, quant=self.quant)
         [path] = write(decoder, spec.checkpoint, spec.work / "generated", options)
         module = import_generated(path)
         self.engine = module.Engine(spec.checkpoint, rows=1, max_positions=spec.max_positions, device=spec.device,
                                     dtype=spec.dtype, mode=self.mode)  # fmt: skip
         self.notes.append(f"KV cache compiled for {spec.max_positions} positions")
+        if self.quant:
+            how = ("torch's int8 weight-pack matmul" if self.mode != "inductor" else
+                   "one fused inductor pass over the int8 weight")  # fmt: skip
+            self.notes.append(f"weights int8, one scale per output channel, activations {spec.dtype}; decode: {how}; "
+                              "prefill: dequantized weights")  # fmt: skip
 
     def close(self):
         self.engine = None

@@ -13,3 +13,9 @@ class Runner(LinnetTorchRunner):
     def load(self):
         super().load()
         self.notes.append("decode step and prefill compiled by inductor on first call")
+
+
+class Int8(Runner):
+    """linnet-inductor-int8: the module compiled with weight-only int8 (linnet compile --quant int8), under inductor."""
+
+    quant = "int8"

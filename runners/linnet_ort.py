@@ -7,7 +7,7 @@ from __future__ import annotations
 import time
 
 from linnet_core.checkpoint import read_config
-from linnet_core.emit_onnx import write_onnx
+from linnet_core.emit_onnx import INT8_ACCURACY_LEVEL, INT8_BLOCK, write_onnx
 from linnet_core.graph import qwen2_decoder
 from linnet_core.ort_engine import PROVIDER_LABELS, OrtEngine, SessionSettings, why_unavailable
 from linnet_core.targets import CompileOptions
@@ -21,10 +21,15 @@ def dtype_of(runner_id: str) -> str:
 
 class Runner(base.EngineRunner):
     provider_on_gpu = "cuda"  # the provider when the run is on a GPU (TensorRT's runner overrides it)
+    quant: str | None = None  # weight-only quantization of the graph (Int8 below); it then computes in the run's dtype
+
+    @classmethod
+    def dtype_for(cls, spec) -> str:
+        return spec.dtype if cls.quant else dtype_of(spec.runner)
 
     @property
     def dtype(self) -> str:
-        return dtype_of(self.spec.runner)
+        return self.dtype_for(self.spec)
 
     @classmethod
     def provider_for(cls, spec) -> str:
@@ -32,13 +37,14 @@ class Runner(base.EngineRunner):
 
     @classmethod
     def unavailable(cls, spec):
-        return why_unavailable(cls.provider_for(spec), dtype_of(spec.runner))
+        return why_unavailable(cls.provider_for(spec), cls.dtype_for(spec))
 
     def load(self):
         provider = self.provider_for(self.spec)
         decoder = qwen2_decoder(read_config(self.spec.checkpoint))
-        options = CompileOptions(dtype=self.dtype, max_positions=self.spec.max_positions, batch=1)
-        self.model_path = write_onnx(decoder, self.spec.checkpoint, self.spec.work / f"onnx-{self.dtype}", options)[0]
+        options = CompileOptions(dtype=self.dtype, max_positions=self.spec.max_positions, batch=1, quant=self.quant)
+        out = self.spec.work / f"onnx-{self.dtype}{'-' + self.quant if self.quant else ''}"
+        self.model_path = write_onnx(decoder, self.spec.checkpoint, out, options)[0]
         trt_cache = self.spec.work / "trt-cache"
         trt_cache.mkdir(parents=True, exist_ok=True)
         self.settings = SessionSettings(provider=provider, trt_cache=str(trt_cache), trt_dtype=self.dtype)
@@ -52,6 +58,10 @@ class Runner(base.EngineRunner):
         if provider == "cpu" and self.dtype == "f16":
             self.notes.append("ONNX Runtime's CPU provider runs the f16 operators it has no f16 kernel for in f32, "
                               "between casts it inserts")  # fmt: skip
+        if self.quant:
+            self.notes.append(f"weights int8 in blocks of {INT8_BLOCK} (MatMulNBits, accuracy level {INT8_ACCURACY_LEVEL}: "
+                              "activations rounded to int8 per block inside the matmul, as llama.cpp q8_0 does); the "
+                              "embedding lookup reads a float copy of the tied table")  # fmt: skip
         if self.dtype != self.spec.dtype:
             self.notes.append(f"distance: against transformers in {self.spec.dtype}")
 
@@ -66,3 +76,9 @@ class Runner(base.EngineRunner):
                 self.notes.append("decode steps replayed as CUDA graphs")
         return self.engine
 
+
+
+class Int8(Runner):
+    """linnet-ort-int8: the ONNX graph with its linear layers and head in int8 blocks (linnet compile --quant int8)."""
+
+    quant = "int8"

@@ -8,3 +8,9 @@ from runners._linnet_torch import LinnetTorchRunner
 
 class Runner(LinnetTorchRunner):
     mode = "eager"
+
+
+class Int8(Runner):
+    """linnet-torch-int8: the module compiled with weight-only int8 (linnet compile --quant int8)."""
+
+    quant = "int8"

@@ -30,6 +30,11 @@ class LinnetServe(base.ServingRunner):
         """The backend's variant for this row; None lets the backend pick per device."""
         return None
 
+    @property
+    def max_positions(self) -> int:
+        """The workload's positions per row, or the probe's when it is longer: score() runs it through this cache."""
+        return max(super().max_positions, len(self.spec.probe))
+
     def load(self):
         spec = self.spec
         engine_spec = EngineSpec(Path(spec.checkpoint), self.rows, self.max_positions, spec.dtype, spec.device,

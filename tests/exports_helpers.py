@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from harness.workload import get_profile, probe_ids, prompt_ids
+from harness.workload import PROBE_PREFILL, get_profile, probe_ids, prompt_ids
 from runners import RUNNERS
 from runners.base import RunSpec
 
@@ -16,5 +16,5 @@ def run_spec(entry, runner: str, checkpoint: Path, work: Path, dtype: str = "f32
         runner=runner, module=RUNNERS[runner].module, model=entry.id, checkpoint=str(checkpoint), dtype=dtype,
         device="cpu", prompt=prompt_ids(profile.prompt_tokens, entry.first_special_token, 0),
         new_tokens=profile.new_tokens, warmups=profile.warmups, runs=profile.runs, probe=probe,
-        probe_prefill=len(probe) * 3 // 5, max_positions=profile.max_positions, work_dir=str(work), options=options,
+        probe_prefill=PROBE_PREFILL, max_positions=profile.max_positions, work_dir=str(work), options=options,
     )  # fmt: skip

@@ -52,6 +52,12 @@ def test_both_transformers_rows_are_measured_with_distances(transformers_run):
         assert row.tokens_agree == get_profile("quick").new_tokens
     assert rows["transformers"].distance == 0.0
     assert 0 < rows["transformers-compiled"].distance <= 1e-4
+    # the accuracy figures over the probe's positions (harness/accuracy.py), beside the distance
+    assert rows["transformers"].kl_mean == rows["transformers"].kl_p99 == 0.0 and rows["transformers"].top1_agree == 1.0
+    compiled = rows["transformers-compiled"]
+    assert 0 <= compiled.kl_mean <= compiled.kl_p99 < 1e-6 and compiled.top1_agree == 1.0
+    shape = transformers_run.reference_distributions
+    assert shape["positions"] >= 256 and 0 < shape["entropy_mean"] < shape["uniform_entropy"], shape
 
 
 def test_the_result_file_records_the_run(transformers_run):

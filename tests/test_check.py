@@ -699,3 +699,41 @@ def test_merge_keeps_a_repeat_with_an_invalid_figure_so_that_check_fails_it(tmp_
     assert math.isnan(best.rows[1].metrics["decode_tok_s"])
     write_raw(tmp_path / "best.json", best)
     assert ("transformers-compiled", "figures") in regressions(check(tmp_path / "best.json", tmp_path / "best.json"))
+
+
+def accurate(r: Row, kl_mean=1e-11, kl_p99=5e-11, top1_agree=1.0) -> Row:
+    r.kl_mean, r.kl_p99, r.top1_agree = kl_mean, kl_p99, top1_agree
+    return r
+
+
+@pytest.mark.parametrize("figures", [{"kl_mean": 0.5}, {"kl_p99": 3.0}, {"top1_agree": 0.6}, {"kl_mean": None, "kl_p99": None}])
+def test_a_row_whose_distributions_left_the_reference_fails_on_accuracy(tmp_path, figures):
+    base = run(*(accurate(r) for r in baseline_rows()))
+    cand = run(*(accurate(r) for r in baseline_rows()), run_id="r2")
+    for name, value in figures.items():
+        setattr(cand.rows[1], name, value)
+    report = compare(tmp_path, cand, base)
+    assert regressions(report) == {("transformers-compiled", "accuracy")}, report.findings("regression")
+
+
+def test_accuracy_bounds_follow_the_quantization_then_the_dtype(tmp_path):
+    from harness.check import ACCURACY_BOUNDS, accuracy_bound
+
+    assert accuracy_bound("linnet-torch", None, "f32") == ACCURACY_BOUNDS["f32"]
+    assert accuracy_bound("linnet-torch-int8", None, "f32") == ACCURACY_BOUNDS["int8"]  # from the runner id
+    assert accuracy_bound("llamacpp-linnet-gguf-q8_0", None, "f32") == ACCURACY_BOUNDS["q8_0"]
+    assert accuracy_bound("some-row", "q8_0", "f32") == ACCURACY_BOUNDS["q8_0"]  # from the row's quant field
+    assert accuracy_bound("linnet-ort-f32", None, "bf16") == ACCURACY_BOUNDS["bf16"]  # the reference ran in bf16
+    for quant in ("int8", "q8_0"):  # quantized rows: the distance is not judged, the accuracy is
+        assert ACCURACY_BOUNDS["f32"].kl_mean < ACCURACY_BOUNDS[quant].kl_mean
+    # an int8 row within its bound passes though its distance is far beyond f32's
+    rows = [accurate(r) for r in baseline_rows()]
+    base = run(*rows, accurate(row("linnet-torch-int8", distance=0.3), kl_mean=2e-4, kl_p99=1e-3, top1_agree=0.996))
+    assert compare(tmp_path, base.model_copy(update={"run_id": "r2"}), base).passed
+
+
+def test_merge_keeps_the_worst_accuracy_of_the_repeats():
+    good = run(accurate(row(REFERENCE)), accurate(row("linnet-torch")))
+    bad = run(accurate(row(REFERENCE)), accurate(row("linnet-torch"), kl_mean=0.3, top1_agree=0.7), run_id="r2")
+    best = {r.runner: r for r in merge_runs([good, bad]).rows}["linnet-torch"]
+    assert best.kl_mean == 0.3 and best.top1_agree == 0.7 and best.kl_p99 == 5e-11

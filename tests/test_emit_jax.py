@@ -53,7 +53,7 @@ def test_the_source_renders_each_op_kind_once_and_every_op_in_order(tiny):
 
 
 def test_the_engine_matches_transformers_through_the_cache_path(module, tiny_checkpoint, tiny):
-    probe = probe_ids(tiny.first_special_token, 0)
+    probe = probe_ids(tiny.first_special_token, 0, length=40)
     engine = module.load_engine(tiny_checkpoint, rows=1, max_positions=64)
     logits = engine.score(probe, 24)
     reference = reference_logits(tiny_checkpoint, probe, 24)

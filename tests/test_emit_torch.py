@@ -37,7 +37,7 @@ def reference(tiny, tiny_checkpoint):
     """transformers eager, the reference row's own runner, in this process."""
     from runners.transformers_eager import Runner
 
-    probe = probe_ids(tiny.first_special_token, 0)
+    probe = probe_ids(tiny.first_special_token, 0, length=40)
     spec = RunSpec("transformers", "runners.transformers_eager", tiny.id, str(tiny_checkpoint), "f32", "cpu",
                    probe, NEW, 0, 0, probe, 24, 256, "/nonexistent")  # fmt: skip
     runner = Runner(spec)
@@ -101,7 +101,7 @@ def test_the_loader_fuses_and_reads_the_tied_embedding_once(module, tiny_checkpo
 
 def test_logits_and_tokens_match_transformers_through_the_cache(module, tiny_checkpoint, reference, tiny):
     eng = engine(module, tiny_checkpoint)
-    probe = probe_ids(tiny.first_special_token, 0)
+    probe = probe_ids(tiny.first_special_token, 0, length=40)
     logits = eng.score(probe, 24)
     assert logits.shape == (len(probe) - 24 + 1, tiny.config.vocab_size) and logits.dtype == np.float32
     assert np.abs(logits - reference.score(probe, 24)).max() <= 1e-4
@@ -112,7 +112,7 @@ def test_logits_and_tokens_match_transformers_through_the_cache(module, tiny_che
 
 def test_the_static_window_step_the_cuda_graph_runs_matches(module, tiny_checkpoint, tiny):
     """A CUDA graph replays decode_step over the whole cache window whatever the positions: the same logits."""
-    probe = probe_ids(tiny.first_special_token, 0)
+    probe = probe_ids(tiny.first_special_token, 0, length=40)
     windowed = engine(module, tiny_checkpoint)
     static = engine(module, tiny_checkpoint)
     static.decode = lambda window: static.decode_step(static.max_positions)
@@ -188,7 +188,7 @@ def test_linnet_compile_writes_a_module_that_runs_without_linnet(tiny_checkpoint
                            "--out", str(out), "--max-positions", "128"], capture_output=True, text=True, timeout=120)  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert done.stdout == f"wrote {out / 'linnet_torch_model.py'}\n"
-    probe = probe_ids(tiny.first_special_token, 0)
+    probe = probe_ids(tiny.first_special_token, 0, length=40)
     script = (
         f"import sys; sys.path.insert(0, {str(out)!r}); import linnet_torch_model as m\n"
         f"engine = m.Engine()\n"  # the checkpoint it was compiled from, 128 positions
@@ -205,7 +205,7 @@ def test_linnet_compile_writes_a_module_that_runs_without_linnet(tiny_checkpoint
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
 def test_the_cuda_graph_engine_matches_eager_on_a_gpu(module, tiny_checkpoint, tiny):
-    probe = probe_ids(tiny.first_special_token, 0)
+    probe = probe_ids(tiny.first_special_token, 0, length=40)
     eager = engine(module, tiny_checkpoint, device="cuda")
     graphed = engine(module, tiny_checkpoint, device="cuda", mode="cudagraphs")
     np.testing.assert_allclose(graphed.score(probe, 24), eager.score(probe, 24), atol=1e-4)

@@ -17,7 +17,7 @@ def test_the_split_at_the_first_token_is_kerashubs_own_generate(tiny, tiny_check
 
     prompt, new = list(np.random.default_rng(5).integers(0, 1000, 20)), 6
     spec = RunSpec("kerashub", "runners.kerashub", tiny.id, str(tiny_checkpoint), "f32", "cpu", prompt, new, 0, 1,
-                   probe_ids(1000, 0), 24, 64, str(tmp_path))  # fmt: skip
+                   probe_ids(1000, 0, length=40), 24, 64, str(tmp_path))  # fmt: skip
     runner = Runner(spec)
     runner.load()
     ours = [runner.prefill(prompt), *runner.decode(new - 1)]

@@ -57,3 +57,31 @@ def test_a_served_request_gets_its_single_request_tokens(built, tiny_checkpoint)
         assert r.output == single_request_tokens(tiny_checkpoint, r.prompt, 8), (name, r.prompt)
     assert all(len(r.output) == 8 for r in (*requests, sampled))
     assert sampled.output != requests[0].output
+
+
+@pytest.mark.parametrize("backend", ["torch", "ort"])
+def test_an_int8_backend_serves_its_own_single_request_tokens(backend, tiny, tiny_checkpoint, tmp_path):
+    """--quant int8: the engine's rows agree with the same int8 engine run for one request alone (quantized weights
+    change the tokens, never their independence from the other rows)."""
+    if unavailable(backend):
+        pytest.skip(unavailable(backend))
+    built = make_engine(backend, EngineSpec(tiny_checkpoint, ROWS, POSITIONS, work_dir=tmp_path / "many", quant="int8"))
+    alone = make_engine(backend, EngineSpec(tiny_checkpoint, 1, POSITIONS, work_dir=tmp_path / "one", quant="int8"))
+    assert any("int8" in note for note in built.notes), built.notes
+    serve = ServeEngine(built.engine, ServeConfig(rows=ROWS, max_positions=POSITIONS), 1001, backend)
+    requests = [Request(p, SamplingParams(max_tokens=6, ignore_eos=True)) for p in prompts(5, seed=3, low=10, high=40)]
+    for r in requests:
+        serve.submit(r)
+    run_to_end(serve)
+    for r in requests[:2]:
+        expected = [alone.engine.prefill(0, r.prompt)] + [int(alone.engine.step()[0]) for _ in range(5)]
+        assert r.output == expected, (backend, r.prompt)
+
+
+def test_the_xla_backend_refuses_quantized_weights(tiny_checkpoint):
+    from linnet_core.errors import UserError
+
+    if unavailable("xla"):
+        pytest.skip(unavailable("xla"))
+    with pytest.raises(UserError, match="xla backend has no quantized weights"):
+        make_engine("xla", EngineSpec(tiny_checkpoint, 1, POSITIONS, quant="int8"))

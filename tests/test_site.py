@@ -695,3 +695,22 @@ def test_a_row_whose_trials_disagree_is_flagged_unstable_and_its_hover_shows_the
     assert "median of 5 runs in each of 3 trials" in inductor and "95% CI" in inductor and "unstable" in inductor
     steady = next(h for h in decode if h.startswith("transformers (PyTorch)"))
     assert "unstable" not in steady
+
+
+def test_the_accuracy_figures_sit_beside_the_distance_in_the_table_and_the_hover(tmp_path):
+    result = tiny_run("20261202T100000Z", decode=100.0)
+    compiled = result.rows[1]
+    compiled.kl_mean, compiled.kl_p99, compiled.top1_agree = 2.3e-11, 8.1e-11, 0.99611
+    result.reference_distributions = {"positions": 257, "entropy_mean": 3.41, "uniform_entropy": 6.93,
+                                      "top1_prob_mean": 0.28}  # fmt: skip
+    tree = model_tree(render(tmp_path, result), "qwen2-tiny")
+    table = next(tree.root.find_all("table", "numbers"))
+    header = [th.text() for th in table.find_all("th")]
+    at = header.index("Distance from reference")
+    assert header[at + 1 : at + 4] == ["KL mean", "KL p99", "Top-1 agreement"]
+    cells = {tr.text() for tr in table.find_all("tr")}
+    assert any("1.6e-05 2.3e-11 8.1e-11 99.6%" in c for c in cells), cells
+    assert "KL from reference: mean 2.3e-11, p99 8.1e-11; top-1 agreement 99.6%" in figures(tree)["Load time"]["data"][0]["hovertext"][1]
+    text = tree.root.text()
+    assert "mean entropy of 3.41 nats (a flat one: 6.93)" in text and "neither flat nor one-hot" in text
+    assert "Synthetic weights are seeded Gaussians" in text

@@ -98,6 +98,9 @@ def hover_lines(row: Row, metric: Metric, result: ResultFile) -> tuple[str, ...]
         lines.append(f"unstable: its trials' medians differ by more than {UNSTABLE_CV:.0%} (std/mean)")
     if metric is LOAD and FIRST_CALL.value(row) is not None:
         lines.append(f"first call {numbers.with_unit(FIRST_CALL.value(row), FIRST_CALL.unit)}")
+    if row.top1_agree is not None:
+        lines.append(f"KL from reference: mean {numbers.kl(row.kl_mean)}, p99 {numbers.kl(row.kl_p99)}; "
+                     f"top-1 agreement {numbers.share(row.top1_agree)}")  # fmt: skip
     return tuple(lines)
 
 

@@ -48,6 +48,16 @@ def distance(value: float | None) -> str:
     return f"{value:.3g}" if math.isfinite(value) else DASH
 
 
+def kl(value: float | None) -> str:
+    """A KL divergence in nats: two significant figures (0.023, 5.8e-05); a dash when not compared."""
+    return DASH if value is None else f"{value:.2g}"
+
+
+def share(value: float | None) -> str:
+    """A share as a percentage with one decimal (99.6%), a dash when not compared."""
+    return DASH if value is None else f"{value * 100:.1f}%"
+
+
 def times(ratio: float) -> str:
     """A speed ratio: 1.49×, 0.57×, 11×."""
     if not math.isfinite(ratio):

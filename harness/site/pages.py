@@ -8,6 +8,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from harness.accuracy import shape_problem
 from harness.check import tolerance
 from harness.registry import ModelEntry
 from harness.results import ResultFile
@@ -70,6 +71,7 @@ class RunView:
     cards: tuple[CardView, ...]
     cards_left_out: str | None  # one line naming the cards whose rows were not measured
     distance_note: str  # what the distance column means for this dtype
+    accuracy_note: str  # what the KL and top-1 columns mean, and what the reference's distributions look like
     charts: tuple[ChartView, ...]
     charts_left_out: str | None  # one line naming the metrics no row measured
     table: Table
@@ -179,6 +181,7 @@ def run_view(run: LoadedRun, setup_runs: tuple[LoadedRun, ...], index: int) -> R
         if not_compared
         else None,
         distance_note=distance_note(result),
+        accuracy_note=accuracy_note(result),
         charts=tuple(charts),
         charts_left_out=f"No row measured {not_charted}." if not_charted else None,
         table=numbers_table(result),
@@ -284,3 +287,26 @@ def index_entry(model: ModelRuns, page: ModelPage) -> IndexEntry:
         runs.append(IndexRun(setup_runs[-1].machine, numbers.when(result.created_at), setup_line(result), tuple(figures), verdicts,
                              f"{page.file}#{run_anchor(result)}"))  # fmt: skip
     return IndexEntry(page.title, model.model, page.file, page.description, page.facts, tuple(runs))
+
+
+def accuracy_note(result: ResultFile) -> str:
+    """What the KL and top-1 columns mean; how peaked the reference's distributions are; how synthetic weights are made."""
+    shape = result.reference_distributions
+    positions = f"each of the {shape['positions']} probe positions" if shape else "each probe position"
+    text = (
+        f"KL mean and KL p99: the KL divergence of the row's next-token distribution from the reference's at {positions} "
+        "(same input, through the cache path, softmax in float64), averaged and at its 99th percentile, in nats; top-1 "
+        "agreement: the share of those positions where both pick the same most likely token. Rounding and quantization "
+        "move every logit a little and these figures only a little; a wrong row moves them far, in any dtype. "
+    )
+    if shape:
+        text += (f"Here the reference's distributions have a mean entropy of {shape['entropy_mean']:.2f} nats (a flat "
+                 f"one: {shape['uniform_entropy']:.2f}) and a mean top-1 probability of {shape['top1_prob_mean']:.2f}, "
+                 f"{shape_problem(shape) or 'neither flat nor one-hot'}. ")  # fmt: skip
+    if result.weights == "synthetic":
+        text += (
+            "Synthetic weights are seeded Gaussians: linear weights scaled by twice 1/sqrt(fan-in), norm weights around "
+            "1, biases non-zero, the tied embedding scaled so that logits spread over several units; a real "
+            "checkpoint's figures will differ."
+        )
+    return text.strip()

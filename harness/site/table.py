@@ -48,7 +48,8 @@ class Unmeasured:
 def numbers_table(result: ResultFile) -> Table:
     rows = result.rows
     headers = (Cell("Method"), *(Cell(metric_title(m, rows), extra=m is FIRST_CALL) for m in TABLED),
-               Cell("Against the stack it replaces"), Cell("Distance from reference"), Cell("Notes"))  # fmt: skip
+               Cell("Against the stack it replaces"), Cell("Distance from reference"), Cell("KL mean", extra=True),
+               Cell("KL p99", extra=True), Cell("Top-1 agreement", extra=True), Cell("Notes"))  # fmt: skip
     measured = [r for r in in_page_order(rows) if r.status == "ok"]
     sections = []
     for group in dict.fromkeys(r.group for r in measured):
@@ -71,8 +72,17 @@ def table_row(row: Row, result: ResultFile) -> tuple[Cell, ...]:
         *(metric_cell(row, m, result) for m in TABLED),
         Cell(comparison.against_text if comparison else ""),
         Cell(distance),
+        *accuracy_cells(row, result),
         Cell("; ".join(row.notes)),
     )
+
+
+def accuracy_cells(row: Row, result: ResultFile) -> tuple[Cell, ...]:
+    """KL mean, KL p99 and top-1 agreement (harness/accuracy.py), each hinting at the positions they cover."""
+    positions = (result.reference_distributions or {}).get("positions")
+    hint = f"over {positions} probe positions, against the reference's distributions" if positions else None
+    figures = (numbers.kl(row.kl_mean), numbers.kl(row.kl_p99), numbers.share(row.top1_agree))
+    return tuple(Cell(text, hint=hint if text != numbers.DASH else None, extra=True) for text in figures)
 
 
 def metric_cell(row: Row, metric: Metric, result: ResultFile) -> Cell:

@@ -57,6 +57,7 @@ class ServerSettings:
     port: int = 8000
     api_key: str | None = None  # when set, a bearer token every route but /health requires (guard.py)
     request_timeout_s: float = 30.0  # the longest wait for a request's headers or the next part of its body
+    quant: str | None = None  # weight-only quantization of the engine's linear layers: None | "int8" (torch, ort)
 
 
 class APIError(Exception):
@@ -429,7 +430,7 @@ def build(settings: ServerSettings) -> Served:
         raise UserError(f"--positions {settings.positions} is more than the model's {config.max_position_embeddings}")
     work = tempfile.TemporaryDirectory(prefix="linnet-serve-")
     spec = EngineSpec(settings.checkpoint, settings.rows, settings.positions, settings.dtype, settings.device,
-                      Path(work.name), settings.mode)  # fmt: skip
+                      Path(work.name), settings.mode, quant=settings.quant)  # fmt: skip
     try:
         built = make_engine(settings.backend, spec)
     except BaseException:  # a failed build, Ctrl-C or SIGTERM: no artefacts left behind

@@ -30,6 +30,7 @@ class EngineSpec:
     work_dir: Path | None = None  # where a backend may write its artefacts (generated source, graphs); a temp dir when None
     mode: str | None = None  # a backend's variant, e.g. torch "eager" | "inductor" | "cudagraphs"; None picks per device
     threads: int | None = None  # intra-op threads on a CPU; None: see cpu_threads
+    quant: str | None = None  # weight-only quantization (linnet_core/quant.py): None | "int8"; torch and ort offer it
 
     @property
     def cpu_threads(self) -> int:

@@ -40,11 +40,12 @@ def make(spec: EngineSpec) -> Built:
     if reason:
         raise UserError(reason)
     decoder = qwen2_decoder(read_config(spec.checkpoint))
-    options = CompileOptions(dtype=spec.dtype, max_positions=spec.max_positions, batch=spec.rows)
+    options = CompileOptions(dtype=spec.dtype, max_positions=spec.max_positions, batch=spec.rows, quant=spec.quant)
     model = write_onnx(decoder, spec.checkpoint, spec.work("onnx"), options)[0]
     threads = spec.cpu_threads if provider == "cpu" else 0
     engine = OrtEngine(model, SessionSettings(provider=provider, threads=threads))
-    notes = [f"ONNX Runtime, {PROVIDER_LABELS[provider]} execution provider, {spec.dtype}", *engine.notes]
+    weights = f", weights {spec.quant} (MatMulNBits)" if spec.quant else ""
+    notes = [f"ONNX Runtime, {PROVIDER_LABELS[provider]} execution provider, {spec.dtype}{weights}", *engine.notes]
     if provider == "cpu":
         notes.append(f"{threads} intra-op thread(s)")
     if engine.use_cuda_graphs:

@@ -48,11 +48,11 @@ def make(spec: EngineSpec) -> Built:
     if mode == "cudagraphs" and spec.device != "cuda":
         raise UserError("CUDA graphs need a GPU: use --device cuda, or --mode eager or inductor on a CPU")
     torch.set_grad_enabled(False)
-    notes = [f"generated PyTorch, {mode}, {spec.dtype}"]
+    notes = [f"generated PyTorch, {mode}, {spec.dtype}" + (f", weights {spec.quant}" if spec.quant else "")]
     if spec.device != "cuda":
         torch.set_num_threads(spec.cpu_threads)  # process-wide: the engine is this process's one torch user
         notes += ["on a CPU: the torch path without CUDA graphs", f"{spec.cpu_threads} intra-op thread(s)"]
     decoder = qwen2_decoder(read_config(spec.checkpoint))
-    options = CompileOptions(dtype=spec.dtype, max_positions=spec.max_positions, batch=spec.rows)
+    options = CompileOptions(dtype=spec.dtype, max_positions=spec.max_positions, batch=spec.rows, quant=spec.quant)
     engine = load_engine(decoder, spec.checkpoint, spec.work("torch"), options, spec.device, mode)
     return Built(TorchServing(engine), notes, SERVE_OPTIONS)

@@ -42,6 +42,8 @@ def device_for(name: str):
 
 
 def make(spec: EngineSpec) -> Built:
+    if spec.quant:
+        raise UserError(f"the xla backend has no quantized weights (--quant {spec.quant}): use --backend torch or ort")
     device = device_for(spec.device)
     if spec.dtype == "f32":  # true f32 matmuls (a GPU would otherwise use TF32), as the single-request XLA rows
         jax.config.update("jax_default_matmul_precision", "highest")

@@ -18,17 +18,19 @@ from pathlib import Path
 
 import jinja2
 
+from linnet_core.dtypes import long_name
 from linnet_core.graph import Decoder, Op
+from linnet_core.rope import inverse_frequencies
 from linnet_core.safetensors_np import read_safetensors
 from linnet_core.targets import CompileOptions
 
-MODULE_FILE = "linnet_qwen2_jax.py"  # the generated module's file name
-DTYPE_NAMES = {"f32": "float32", "f16": "float16", "bf16": "bfloat16"}
+MODULE_FILE = "linnet_jax_model.py"  # the generated module's file name
 
 # The Python function each op kind calls; "add" is written inline as "+".
 FUNCTIONS = {
     "embed": "embed",
     "rms_norm": "rms_norm",
+    "head_norm": "head_norm",
     "linear": "linear",
     "rope": "rope",
     "attention": "attention",
@@ -52,16 +54,21 @@ def rms_norm(x, weight, eps):
     x32 = x.astype(jnp.float32)
     x32 = x32 * jax.lax.rsqrt(jnp.mean(x32 * x32, axis=-1, keepdims=True) + eps)
     return weight * x32.astype(x.dtype)''',
+    "head_norm": '''
+def head_norm(x, weight, eps, head_dim):
+    """RMSNorm over each head's values: x [B, T, N * head_dim] -> the same shape."""
+    heads = x.reshape(*x.shape[:2], -1, head_dim)  # [B, T, N, D]
+    return rms_norm(heads, weight, eps).reshape(x.shape)''',
     "linear": '''
 def linear(x, weight, bias=None):
     """x [B, T, in] times weight [out, in] (the checkpoint's layout, not transposed), plus bias [out]."""
     y = jnp.einsum("bti,oi->bto", x, weight, precision=PRECISION)
     return y if bias is None else y + bias''',
     "rope": '''
-def rope(q, k, positions, heads, kv_heads, head_dim, theta):
-    """Rotate-half rotary embedding at each row's own positions [B, T]: q [B, T, heads * D], k [B, T, kv_heads * D]."""
-    inv_freq = 1.0 / theta ** (jnp.arange(0, head_dim, 2, dtype=jnp.float32) / head_dim)  # [D / 2]
-    angles = positions[:, :, None].astype(jnp.float32) * inv_freq  # [B, T, D / 2]
+def rope(q, k, positions, heads, kv_heads, head_dim, inv_freq):
+    """Rotate-half rotary embedding at each row's own positions [B, T]: q [B, T, heads * D], k [B, T, kv_heads * D];
+    inv_freq [D / 2] is how fast each pair of dims turns per position."""
+    angles = positions[:, :, None].astype(jnp.float32) * jnp.asarray(inv_freq, jnp.float32)  # [B, T, D / 2]
     angles = jnp.concatenate([angles, angles], axis=-1)[:, :, None, :]  # [B, T, 1, D]
     cos, sin = jnp.cos(angles).astype(q.dtype), jnp.sin(angles).astype(q.dtype)
 
@@ -155,11 +162,15 @@ def render_op(op: Op, weight_ref: str, shape: str | None = None) -> str:
     if op.kind == "argmax":
         assert op.attrs.get("at") == "last", op  # forward() runs the head on the last position only
         attrs = {}
+    elif op.kind == "rope":  # its base and scaling became the module's INV_FREQ table
+        attrs = {k: v for k, v in op.attrs.items() if k not in ("theta", "scaling")}
     else:
         attrs = op.attrs
     if op.kind in CACHE_KINDS:
         ins, outs = [*ins, "cache", "row"], [*outs, "cache"]
     args = [*ins, *(weight_ref.format(w) for w in op.weights), *(f"{k}={v!r}" for k, v in attrs.items())]
+    if op.kind == "rope":
+        args.append("inv_freq=INV_FREQ")
     return f"{', '.join(outs)} = {FUNCTIONS[op.kind]}({', '.join(args)}){comment}"
 
 
@@ -192,6 +203,8 @@ def emit_module(decoder: Decoder, options: CompileOptions = CompileOptions(), ti
     layer_params = dict(p for group in block for p in params_of(group))  # first use order
     assert sorted(w for ws in layer_params.values() for w in ws) == sorted(layer), "every layer weight once"
     f32 = options.dtype == "f32"
+    rope = next(op for op in decoder.block if op.kind == "rope")
+    inv_freq = inverse_frequencies(config.head_dim, rope.attrs["theta"], rope.attrs["scaling"])
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(Path(__file__).parent / "templates"),
         trim_blocks=True,
@@ -202,12 +215,14 @@ def emit_module(decoder: Decoder, options: CompileOptions = CompileOptions(), ti
     return env.get_template(TEMPLATE).render(
         title=title,
         c=config,
-        dtype_name=DTYPE_NAMES[options.dtype],
+        dtype_name=long_name(options.dtype),
         precision="HIGHEST" if f32 else "DEFAULT",
         precision_why="float32 matmuls in full float32 (no TF32 or bf16 passes on a GPU)"
         if f32
         else "the dtype's own matmuls, accumulating in float32",
         helpers=helpers,
+        architecture=config.architecture.HF_CLASS.removesuffix("ForCausalLM"),
+        inv_freq=", ".join(repr(float(f)) for f in inv_freq),
         prologue_lines=[render_op(op, 'params["{}"]') for op in decoder.prologue],
         block_lines=[render_group(group, 'p["{}"]', {n: w.shape[0] for n, w in layer.items()}) for group in block],
         # the epilogue runs on the last position: T is 1 there
@@ -226,7 +241,7 @@ def write_module(decoder: Decoder, out: Path, options: CompileOptions = CompileO
     return path
 
 
-def import_module(path: Path, module_name: str = "linnet_qwen2_jax"):
+def import_module(path: Path, module_name: str = "linnet_jax_model"):
     """Imports a generated module from its file (a fresh module object each time)."""
     spec = importlib.util.spec_from_file_location(module_name, path)
     module = importlib.util.module_from_spec(spec)

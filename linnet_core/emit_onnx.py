@@ -33,6 +33,7 @@ from onnx import TensorProto, helper
 
 from linnet_core.checkpoint import load_weights
 from linnet_core.graph import Decoder, Op
+from linnet_core.rope import inverse_frequencies
 from linnet_core.targets import CompileOptions
 
 OPSET = 21  # ONNX Runtime >= 1.18 and TensorRT 10 read it
@@ -206,8 +207,14 @@ class OnnxEmitter:
         normed = self.cast(g.op("Div", x32, rms, name="normed"), self.elem, "normed_cast")
         return g.op("Mul", normed, self.weight(weight), name=op.out[0], doc=op.shape)
 
+    def head_norm(self, op: Op, x: str, weight: str) -> str:
+        """RMSNorm over each head's D values: [B, T, N*D] -> [B, T, N, D] -> normalised -> [B, T, N*D]."""
+        heads = self.g.op("Reshape", x, self.g.const([0, 0, -1, op.attrs["head_dim"]]), name=f"{op.out[0]}_heads")
+        normed = self.rms_norm(Op("rms_norm", (f"{op.out[0]}_normed",), op.inputs, op.weights, "", op.attrs), heads, weight)
+        return self.g.op("Reshape", normed, self.g.const([0, 0, -1]), name=op.out[0], doc=op.shape)
+
     def linear(self, op: Op, x: str, weight: str, bias: str | None = None) -> str:
-        # x [B, T, in] @ W.T [in, out] (+ b) -> [B, T, out]
+        """The one place a linear layer becomes nodes: x [B, T, in] @ W.T [in, out] (+ b) -> [B, T, out]."""
         y = self.g.op("MatMul", x, self.weight(weight, transpose=True), name=f"{op.out[0]}_matmul", doc=op.shape)
         return self.g.op("Add", y, self.weight(bias), name=op.out[0], doc=op.shape) if bias else y
 
@@ -217,7 +224,7 @@ class OnnxEmitter:
 
         q [B, T, NQ*D], k [B, T, KV*D] -> as heads [B, T, NQ, D], [B, T, KV, D], rotated by their positions"""
         d = op.attrs["head_dim"]
-        cos, signed_sin = self.rope_tables(positions, d, op.attrs["theta"])
+        cos, signed_sin = self.rope_tables(positions, d, inverse_frequencies(d, op.attrs["theta"], op.attrs["scaling"]))
         swap = self.g.const(np.r_[np.arange(d // 2, d), np.arange(d // 2)], name="swap_halves")
         out = []
         for x, heads, name in ((q, op.attrs["heads"], "q"), (k, op.attrs["kv_heads"], "k")):
@@ -228,13 +235,12 @@ class OnnxEmitter:
             out.append(self.g.op("Add", x_cos, swapped_sin, name=f"{name}_roped"))
         return out[0], out[1]
 
-    def rope_tables(self, positions: str, d: int, theta: float) -> tuple[str, str]:
+    def rope_tables(self, positions: str, d: int, inv_freq: np.ndarray) -> tuple[str, str]:
         """cos and [-sin, sin] of the halves, [B, T, 1, D], once per graph: the angles in f32 as transformers
         computes them, then cast to the compute dtype."""
         g = self.g
 
         def make():
-            inv_freq = 1.0 / (theta ** (np.arange(0, d, 2, dtype=np.int64).astype(np.float32) / d))  # [D/2]
             pos = g.op("Cast", positions, to=F32, name="positions_f32")
             pos = g.op("Unsqueeze", pos, g.const([-1, -2]), name="positions_4d")  # [B, T, 1, 1]
             freqs = g.op("Mul", pos, g.tensor("rope.inv_freq", inv_freq.astype(np.float32), F32), name="rope_freqs")

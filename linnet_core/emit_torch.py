@@ -21,12 +21,13 @@ from types import ModuleType
 
 import jinja2
 
+from linnet_core import dtypes
 from linnet_core.checkpoint import check_weights, header_shapes
 from linnet_core.graph import Decoder, Op
+from linnet_core.rope import inverse_frequencies
 from linnet_core.targets import CompileOptions
 
 MODULE_NAME = "linnet_torch_model"  # the generated file is OUT/linnet_torch_model.py
-TORCH_DTYPES = {"f32": "torch.float32", "f16": "torch.float16", "bf16": "torch.bfloat16"}
 
 
 @dataclass(frozen=True)
@@ -116,7 +117,15 @@ def render_rms_norm(op: Op) -> str:
     return f"{py(op.out[0])} = rms_norm({py(op.inputs[0])}, {w}, {op.attrs['eps']!r}, {w}_doubled)"
 
 
+def render_head_norm(op: Op) -> str:
+    # RMSNorm over each head's values: [B, T, N * D] viewed as [B, T, N, D], normalised, flattened back
+    w, d = f"self.{attr(op.weights[0])}", op.attrs["head_dim"]
+    x = f"{py(op.inputs[0])}.unflatten(-1, (-1, {d}))"
+    return f"{py(op.out[0])} = rms_norm({x}, {w}, {op.attrs['eps']!r}, {w}_doubled).flatten(-2)"
+
+
 def render_linear(op: Op) -> str | list[str]:
+    """The one place a linear layer (matmul + optional bias, or several fused) becomes code."""
     args = ", ".join([py(op.inputs[0]), *(f"self.{attr(w)}" for w in op.weights)])
     if "split" not in op.attrs:
         return f"{py(op.out[0])} = linear({args})"
@@ -164,6 +173,7 @@ def render_argmax(op: Op) -> str:
 RENDER = {
     "embed": render_embed,
     "rms_norm": render_rms_norm,
+    "head_norm": render_head_norm,
     "linear": render_linear,
     "rope": render_rope,
     "attention": render_attention,
@@ -186,7 +196,7 @@ def section(ops: list[Op], shapes: dict[str, tuple[int, ...]], fused: dict[str, 
             note += ": the token embedding's (tied head)" if w == tied and op.kind == "logits" else ""
             shape = list(fused_shape(w, shapes, fused))
             init.append(f'self.{attr(w)} = weights["{w}"]  # {shape}{note}')
-            if op.kind == "rms_norm":  # what rms_norm's single-kernel form needs (see there)
+            if op.kind in ("rms_norm", "head_norm"):  # what rms_norm's single-kernel form needs (see there)
                 init.append(f"self.{attr(w)}_doubled = torch.cat((self.{attr(w)}, self.{attr(w)}))")
     body = []
     for op in ops:
@@ -238,16 +248,18 @@ def render_module(decoder: Decoder, checkpoint: Path, options: CompileOptions) -
         ("HEADS", c.num_attention_heads, "query heads"),
         ("KV_HEADS", c.num_key_value_heads, "key/value heads (grouped-query attention)"),
         ("HEAD_DIM", c.head_dim, "width of one head"),
-        ("ROPE_THETA", rope.attrs["theta"], "RoPE base"),
         ("MAX_POSITION_EMBEDDINGS", c.max_position_embeddings, "longest sequence the model supports"),
         ("MAX_POSITIONS", options.max_positions, "default KV cache positions per row"),
-        ("DTYPE", TORCH_DTYPES[options.dtype], "default compute dtype"),
+        ("DTYPE", f"torch.{dtypes.long_name(options.dtype)}", "default compute dtype"),
     ]
     compiled_config = {
         "vocab_size": c.vocab_size, "hidden_size": c.hidden_size, "intermediate_size": c.intermediate_size,
         "num_hidden_layers": c.num_hidden_layers, "num_attention_heads": c.num_attention_heads,
-        "num_key_value_heads": c.num_key_value_heads,
+        "num_key_value_heads": c.num_key_value_heads, "head_dim": c.head_dim, "model_type": json.dumps(c.model_type),
     }  # fmt: skip
+    inv_freq = inverse_frequencies(c.head_dim, rope.attrs["theta"], rope.attrs["scaling"])
+    scaling = rope.attrs["scaling"]
+    rope_doc = f"RoPE base {rope.attrs['theta']:g}" + (f", {scaling['rope_type']} scaling x{scaling['factor']:g}" if scaling else "")
     tied = decoder.head_weight if c.tie_word_embeddings else None
     env = jinja2.Environment(
         loader=jinja2.PackageLoader("linnet_core", "templates"),
@@ -257,7 +269,10 @@ def render_module(decoder: Decoder, checkpoint: Path, options: CompileOptions) -
         undefined=jinja2.StrictUndefined,
     )
     return env.get_template("torch_module.py.j2").render(
-        title=f"A Qwen2 decoder of {c.num_parameters / 1e6:.1f}M parameters",
+        title=f"A {c.architecture.HF_CLASS.removesuffix('ForCausalLM')} decoder of {c.num_parameters / 1e6:.1f}M parameters",
+        inv_freq=textwrap.fill(", ".join(repr(float(f)) for f in inv_freq), width=112, initial_indent="    ",
+                               subsequent_indent="    "),
+        rope_doc=rope_doc,
         summary=textwrap.fill(
             f"{c.num_hidden_layers} layers of width {c.hidden_size}; {c.num_attention_heads} query heads and "
             f"{c.num_key_value_heads} key/value heads of {c.head_dim}; MLP width {c.intermediate_size}; "

@@ -1,4 +1,5 @@
-"""KerasHub: keras_hub.models.QwenCausalLM on Keras's JAX backend, loaded from the Hugging Face checkpoint, greedy.
+"""KerasHub: the architecture's causal LM of keras_hub.models (QwenCausalLM, Llama3CausalLM, Qwen3CausalLM: its
+module's KERAS_HUB) on Keras's JAX backend, loaded from the Hugging Face checkpoint, greedy.
 
 KerasHub's generate() is one jitted function: `_build_cache` runs the backbone over the whole padded sequence
 (prompt + room for the new tokens) to seed its cache, then its sampler's while loop calls `call_with_cache` once
@@ -14,6 +15,8 @@ import os
 
 import numpy as np
 
+from linnet_core.checkpoint import read_config
+from linnet_core.dtypes import long_name
 from runners import _jax, base  # _jax configures JAX before Keras imports it
 
 os.environ["KERAS_BACKEND"] = "jax"  # Keras picks its backend when it is first imported
@@ -23,16 +26,29 @@ import keras  # noqa: E402
 import keras_hub  # noqa: E402
 from keras import ops  # noqa: E402
 
-KERAS_DTYPES = {"f32": "float32", "f16": "float16", "bf16": "bfloat16"}
+def keras_classes(spec):
+    """(backbone class, causal-LM class) of keras_hub.models for the checkpoint's architecture, or a reason why
+    KerasHub has none here."""
+    arch = read_config(spec.checkpoint).architecture
+    names = arch.KERAS_HUB
+    if names is None or not all(hasattr(keras_hub.models, n) for n in names):
+        return f"KerasHub {keras_hub.__version__} has no causal LM for the {arch.MODEL_TYPE} architecture"
+    return tuple(getattr(keras_hub.models, n) for n in names)
 
 
-def load_causal_lm(runner) -> tuple[jax.Device, keras_hub.models.QwenCausalLM]:
-    """The row's JAX device and a greedy QwenCausalLM on the Hugging Face checkpoint (the KerasHub rows share it)."""
+def unavailable(spec) -> str | None:
+    classes = keras_classes(spec)
+    return classes if isinstance(classes, str) else _jax.unavailable(spec)
+
+
+def load_causal_lm(runner):
+    """The row's JAX device and a greedy causal LM on the Hugging Face checkpoint (the KerasHub rows share it)."""
     device = _jax.device(runner)
+    backbone_class, lm_class = keras_classes(runner.spec)
     with jax.default_device(device):
         # The backbone alone: a preset without tokenizer.json (synthetic weights) has no preprocessor.
-        backbone = keras_hub.models.QwenBackbone.from_preset(runner.spec.checkpoint, dtype=KERAS_DTYPES[runner.spec.dtype])
-        lm = keras_hub.models.QwenCausalLM(backbone=backbone, preprocessor=None)
+        backbone = backbone_class.from_preset(str(runner.spec.checkpoint), dtype=long_name(runner.spec.dtype))
+        lm = lm_class(backbone=backbone, preprocessor=None)
     lm.compile(sampler="greedy")
     return device, lm
 
@@ -40,7 +56,7 @@ def load_causal_lm(runner) -> tuple[jax.Device, keras_hub.models.QwenCausalLM]:
 class Runner(base.Runner):
     @classmethod
     def unavailable(cls, spec):
-        return _jax.unavailable(spec)
+        return unavailable(spec)
 
     def load(self):
         self.device, self.lm = load_causal_lm(self)

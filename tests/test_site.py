@@ -358,6 +358,7 @@ def test_the_index_lists_every_model_with_its_latest_run(tmp_path):
     assert "NVIDIA H100 80GB HBM3" in big and "fastest decode: 1,055 tok/s Linnet, XLA (generated JAX)" in big
     assert "vs vLLM, behind Triton: 11× faster" in big
     tiny = entries["Qwen2 tiny qwen2-tiny"]
+    assert "Architecture: Qwen2ForCausalLM" in big and "Architecture: Qwen2ForCausalLM" in tiny
     assert "2026-12-02 10:00 UTC" in tiny and "2026-12-01" not in tiny  # the latest run only
     assert "fastest decode: 200 tok/s transformers, compiled" in tiny
     hrefs = [a.attrs["href"] for a in index.find_all("a")]

@@ -111,6 +111,7 @@ class IndexEntry:
     description: str
     facts: tuple[str, ...]
     runs: tuple[IndexRun, ...]
+    architecture: str = "not in the registry"  # the transformers class of its architecture, e.g. LlamaForCausalLM
 
 
 def data_file(run: LoadedRun) -> str:
@@ -264,4 +265,5 @@ def index_entry(model: ModelRuns, page: ModelPage) -> IndexEntry:
         verdicts = tuple(f"{card.title}: {c.verdict}" for card in CARDS if (c := headline(card, result.rows)))
         runs.append(IndexRun(setup_runs[-1].machine, numbers.when(result.created_at), setup_line(result), tuple(figures), verdicts,
                              f"{page.file}#{run_anchor(result)}"))  # fmt: skip
-    return IndexEntry(page.title, model.model, page.file, page.description, page.facts, tuple(runs))
+    architecture = model.entry.config.architecture.HF_CLASS if model.entry else IndexEntry.architecture
+    return IndexEntry(page.title, model.model, page.file, page.description, page.facts, tuple(runs), architecture)

@@ -26,6 +26,11 @@ class ModelConfig:
     tie_word_embeddings: bool = True  # output head reads the token embedding
     attention_bias: bool = False  # q/k/v/o projections carry biases (Llama's flag; Qwen2's q/k/v always do)
     mlp_bias: bool = False  # gate/up/down projections carry biases
+    hidden_act: str = "silu"  # the MLP gate's activation: "silu" (SwiGLU) or "gelu_pytorch_tanh" (GeGLU, Gemma)
+    layer_types: tuple[str, ...] | None = None  # per layer "full_attention" or "sliding_attention"; None: all full
+    sliding_window: int | None = None  # a sliding_attention layer's query sees its last sliding_window positions
+    rope_local_base_freq: float | None = None  # the RoPE base of sliding_attention layers (Gemma 3)
+    query_pre_attn_scalar: float | None = None  # attention scores are scaled by its -1/2 power (None: head_dim's)
     bos_token_id: int | None = None  # begin-of-sequence token, if any
     eos_token_id: int | None = None  # end-of-sequence token (ignored by the benchmark)
 
@@ -49,6 +54,15 @@ class ModelConfig:
             object.__setattr__(self, name, value)
         if not (isinstance(self.rope_theta, (int, float)) and 1.0 < self.rope_theta < float("inf")):
             raise ValueError(f"rope_theta must be a finite number above 1, not {self.rope_theta!r}")
+        if self.layer_types is not None:
+            object.__setattr__(self, "layer_types", tuple(self.layer_types))
+            if len(self.layer_types) != self.num_hidden_layers or not set(self.layer_types) <= LAYER_TYPES:
+                raise ValueError(f"layer_types must name {self.num_hidden_layers} layers, each one of "
+                                 f"{', '.join(sorted(LAYER_TYPES))}")  # fmt: skip
+            if "sliding_attention" in self.layer_types and not (
+                isinstance(self.sliding_window, int) and not isinstance(self.sliding_window, bool) and self.sliding_window > 0
+            ):
+                raise ValueError(f"sliding_attention layers need a positive integer sliding_window, not {self.sliding_window!r}")
         if not (isinstance(self.rms_norm_eps, (int, float)) and 0 < self.rms_norm_eps < 1):
             raise ValueError(f"rms_norm_eps must be a number in (0, 1), not {self.rms_norm_eps!r}")
 
@@ -88,6 +102,10 @@ class ModelConfig:
         scaling = hf.get("rope_scaling") or {k: v for k, v in rope.items() if k != "rope_theta"}
         values["rope_theta"] = float(hf.get("rope_theta") or rope.get("rope_theta") or arch.DEFAULTS["rope_theta"])
         values["rope_scaling"] = read_rope_scaling(scaling)
+        values |= arch.read(hf) if hasattr(arch, "read") else {}  # what only this architecture's config.json says
+        act = hf.get("hidden_act") or hf.get("hidden_activation") or arch.FIXED["hidden_act"]
+        if act != arch.FIXED["hidden_act"]:
+            raise ValueError(f"{arch.MODEL_TYPE} with hidden activation {act!r} is not supported ({arch.FIXED['hidden_act']} only)")
         missing = [f.name for f in dataclasses.fields(cls) if f.default is dataclasses.MISSING and f.name not in values]
         if missing:
             raise ValueError(f"config.json lacks {', '.join(missing)}")
@@ -98,10 +116,9 @@ class ModelConfig:
 
     def to_hf(self, dtype: str = "float32") -> dict[str, Any]:
         """A config.json that transformers reads as this architecture's *ForCausalLM, in its published layout."""
-        hf = {k: v for k, v in dataclasses.asdict(self).items() if k not in ("rope_scaling",)}
+        hf = {k: v for k, v in dataclasses.asdict(self).items() if k != "rope_scaling" and not (k in ARCH_ONLY and v is None)}
         hf.update(
             architectures=[self.architecture.HF_CLASS],
-            hidden_act="silu",
             attention_dropout=0.0,
             initializer_range=0.02,
             use_cache=True,
@@ -112,7 +129,10 @@ class ModelConfig:
         return hf
 
 
-FIELDS = [f.name for f in dataclasses.fields(ModelConfig) if f.name not in ("model_type", "rope_theta", "rope_scaling")]
+LAYER_TYPES = {"full_attention", "sliding_attention"}
+# Keys read from config.json as they are; the rest are computed (rope) or only one architecture's to read (its read()).
+ARCH_ONLY = ("hidden_act", "layer_types", "sliding_window", "rope_local_base_freq", "query_pre_attn_scalar")
+FIELDS = [f.name for f in dataclasses.fields(ModelConfig) if f.name not in ("model_type", "rope_theta", "rope_scaling", *ARCH_ONLY)]
 ROPE_TYPES = {
     "default": (),
     "llama3": ("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"),

@@ -35,6 +35,7 @@ FUNCTIONS = {
     "rope": "rope",
     "attention": "attention",
     "silu_mul": "silu_mul",
+    "gelu_mul": "gelu_mul",
     "logits": "output_head",
     "argmax": "greedy",
 }
@@ -45,20 +46,24 @@ CACHE_KINDS = {"attention"}
 
 HELPERS = {
     "embed": '''
-def embed(tokens, table):
-    """Token embedding: ids [B, T] -> [B, T, H]."""
-    return jnp.take(table, tokens, axis=0)''',
+def embed(tokens, table, scale=None):
+    """Token embedding: ids [B, T] -> [B, T, H], times `scale` if given (Gemma: sqrt(H))."""
+    x = jnp.take(table, tokens, axis=0)
+    return x if scale is None else x * jnp.asarray(scale, x.dtype)''',
     "rms_norm": '''
-def rms_norm(x, weight, eps):
-    """RMSNorm over the last axis, computed in float32 and cast back as the checkpoint's model does."""
+def rms_norm(x, weight, eps, offset=None):
+    """RMSNorm over the last axis, computed in float32 and cast back as the checkpoint's model does; the scale is
+    offset + weight when an offset is given (Gemma: 1 + w)."""
     x32 = x.astype(jnp.float32)
     x32 = x32 * jax.lax.rsqrt(jnp.mean(x32 * x32, axis=-1, keepdims=True) + eps)
+    if offset is not None:
+        weight = weight + offset
     return weight * x32.astype(x.dtype)''',
     "head_norm": '''
-def head_norm(x, weight, eps, head_dim):
+def head_norm(x, weight, eps, head_dim, offset=None):
     """RMSNorm over each head's values: x [B, T, N * head_dim] -> the same shape."""
     heads = x.reshape(*x.shape[:2], -1, head_dim)  # [B, T, N, D]
-    return rms_norm(heads, weight, eps).reshape(x.shape)''',
+    return rms_norm(heads, weight, eps, offset).reshape(x.shape)''',
     "linear": '''
 def linear(x, weight, bias=None):
     """x [B, T, in] times weight [out, in] (the checkpoint's layout, not transposed), plus bias [out]."""
@@ -79,10 +84,11 @@ def rope(q, k, positions, heads, kv_heads, head_dim, inv_freq):
 
     return rotate(q, heads), rotate(k, kv_heads)''',
     "attention": '''
-def attention(q, k, v, positions, cache, row, heads, kv_heads, head_dim):
+def attention(q, k, v, positions, cache, row, heads, kv_heads, head_dim, scale=None, window=None):
     """Writes k, v [B, T, kv_heads * D] into cache rows row..row+B-1 at positions [B, T], then attends causally:
     each query sees its row's cache up to its own position. q [B, T, heads * D] -> [B, T, heads * D].
-    Grouped-query attention: each key/value head serves heads // kv_heads query heads.
+    Grouped-query attention: each key/value head serves heads // kv_heads query heads. Scores are scaled by
+    `scale` (None: head_dim^-1/2); with a `window`, a query sees only its last `window` positions.
 
     The cache keeps keys as [R, kv, D, S] and values as [R, kv, S, D]: the layouts the two matmuls read, so
     XLA neither copies nor transposes the cache to attend."""
@@ -102,8 +108,12 @@ def attention(q, k, v, positions, cache, row, heads, kv_heads, head_dim):
     keys = jax.lax.dynamic_slice_in_dim(cache_k, row, B, axis=0)  # [B, kv, D, S]
     values = jax.lax.dynamic_slice_in_dim(cache_v, row, B, axis=0)  # [B, kv, S, D]
     q = q.reshape(B, T, kv_heads, heads // kv_heads, head_dim).transpose(0, 2, 1, 3, 4)  # [B, kv, T, G, D]
-    scores = jnp.einsum("bktgd,bkds->bktgs", q, keys, precision=PRECISION) * head_dim**-0.5  # [B, kv, T, G, S]
-    visible = jnp.arange(S, dtype=jnp.int32) <= positions[:, None, :, None, None]  # [B, 1, T, 1, S]
+    scale = head_dim**-0.5 if scale is None else scale
+    scores = jnp.einsum("bktgd,bkds->bktgs", q, keys, precision=PRECISION) * scale  # [B, kv, T, G, S]
+    key_positions, query_positions = jnp.arange(S, dtype=jnp.int32), positions[:, None, :, None, None]
+    visible = key_positions <= query_positions  # [B, 1, T, 1, S]
+    if window is not None:
+        visible &= key_positions > query_positions - window
     scores = jnp.where(visible, scores.astype(jnp.float32), -jnp.inf)
     weights = jax.nn.softmax(scores, axis=-1).astype(q.dtype)  # softmax in float32, as the reference does
     out = jnp.einsum("bktgs,bksd->bktgd", weights, values, precision=PRECISION)  # [B, kv, T, G, D]
@@ -112,6 +122,10 @@ def attention(q, k, v, positions, cache, row, heads, kv_heads, head_dim):
 def silu_mul(gate, up):
     """SwiGLU: silu(gate) * up, [B, T, I]."""
     return jax.nn.silu(gate) * up''',
+    "gelu_mul": '''
+def gelu_mul(gate, up):
+    """GeGLU: gelu(gate) (tanh approximation) * up, [B, T, I]."""
+    return jax.nn.gelu(gate, approximate=True) * up''',
     "logits": '''
 def output_head(x, head):
     """Logits: x [B, T, H] times the head [V, H] (the token embedding when tied) -> [B, T, V]."""
@@ -162,15 +176,15 @@ def render_op(op: Op, weight_ref: str, shape: str | None = None) -> str:
     if op.kind == "argmax":
         assert op.attrs.get("at") == "last", op  # forward() runs the head on the last position only
         attrs = {}
-    elif op.kind == "rope":  # its base and scaling became the module's INV_FREQ table
-        attrs = {k: v for k, v in op.attrs.items() if k not in ("theta", "scaling")}
+    elif op.kind == "rope":  # its base and scaling became a table of the module's INV_FREQ
+        attrs = {k: v for k, v in op.attrs.items() if k not in ("theta", "scaling", "table")}
     else:
         attrs = op.attrs
     if op.kind in CACHE_KINDS:
         ins, outs = [*ins, "cache", "row"], [*outs, "cache"]
     args = [*ins, *(weight_ref.format(w) for w in op.weights), *(f"{k}={v!r}" for k, v in attrs.items())]
     if op.kind == "rope":
-        args.append("inv_freq=INV_FREQ")
+        args.append(f"inv_freq=INV_FREQ[{op.attrs.get('table', 0)}]")
     return f"{', '.join(outs)} = {FUNCTIONS[op.kind]}({', '.join(args)}){comment}"
 
 
@@ -203,8 +217,17 @@ def emit_module(decoder: Decoder, options: CompileOptions = CompileOptions(), ti
     layer_params = dict(p for group in block for p in params_of(group))  # first use order
     assert sorted(w for ws in layer_params.values() for w in ws) == sorted(layer), "every layer weight once"
     f32 = options.dtype == "f32"
-    rope = next(op for op in decoder.block if op.kind == "rope")
-    inv_freq = inverse_frequencies(config.head_dim, rope.attrs["theta"], rope.attrs["scaling"])
+    ropes = [next(op for op in ops if op.kind == "rope") for ops in decoder.blocks()]
+    inv_freqs = [inverse_frequencies(config.head_dim, r.attrs["theta"], r.attrs["scaling"]) for r in ropes]
+
+    def numbered(ops: tuple[Op, ...], n: int) -> tuple[Op, ...]:
+        """The block's ops with its rope reading INV_FREQ[n]."""
+        return tuple(Op(o.kind, o.out, o.inputs, o.weights, o.shape, {**o.attrs, "table": n}) if o.kind == "rope" else o
+                     for o in ops)  # fmt: skip
+
+    widths = {n: w.shape[0] for n, w in layer.items()}
+    blocks = [[render_group(g, 'p["{}"]', widths) for g in parallel_linears(numbered(ops, n))]
+              for n, ops in enumerate(decoder.blocks())]  # fmt: skip
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(Path(__file__).parent / "templates"),
         trim_blocks=True,
@@ -222,9 +245,10 @@ def emit_module(decoder: Decoder, options: CompileOptions = CompileOptions(), ti
         else "the dtype's own matmuls, accumulating in float32",
         helpers=helpers,
         architecture=config.architecture.HF_CLASS.removesuffix("ForCausalLM"),
-        inv_freq=", ".join(repr(float(f)) for f in inv_freq),
+        inv_freqs=[", ".join(repr(float(f)) for f in values) for values in inv_freqs],
+        block_of_layer=repr(list(decoder.variant_of_layer())),
         prologue_lines=[render_op(op, 'params["{}"]') for op in decoder.prologue],
-        block_lines=[render_group(group, 'p["{}"]', {n: w.shape[0] for n, w in layer.items()}) for group in block],
+        blocks=blocks,
         # the epilogue runs on the last position: T is 1 there
         epilogue_lines=[render_op(op, 'params["{}"]', op.shape.replace("T", "1")) for op in decoder.epilogue],
         global_params=[(w.name, python_list([w.hf_name])) for w in decoder.global_weights],

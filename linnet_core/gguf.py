@@ -81,6 +81,19 @@ def temporary_sibling(out: Path) -> str:
     return tmp
 
 
+# Architectures whose GGUF this llama.cpp does not compute as transformers does, and what was measured.
+LLAMA_CPP_MISMATCH = {
+    "GEMMA3": "llama.cpp's Gemma 3 is not within the f32 bound of transformers: on gemma3-tiny its logits are "
+              "2.5e-2 from transformers' with an f32 GGUF and KV cache (its Llama and Qwen rows: under 1e-4), and it "
+              "ignores query_pre_attn_scalar and sliding-window patterns other than 5:1; the GGUF export is written",
+}  # fmt: skip
+
+
+def llama_cpp_mismatch(config: ModelConfig) -> str | None:
+    """Why llama.cpp's row cannot stand for this architecture, or None."""
+    return LLAMA_CPP_MISMATCH.get(config.architecture.GGUF_ARCH)
+
+
 def arch_of(config: ModelConfig) -> gguf.MODEL_ARCH:
     return getattr(gguf.MODEL_ARCH, config.architecture.GGUF_ARCH)
 
@@ -102,6 +115,12 @@ def write_hyperparameters(writer: gguf.GGUFWriter, config: ModelConfig, dtype: s
     writer.add_value_length(config.head_dim)
     writer.add_rope_dimension_count(config.head_dim)
     writer.add_vocab_size(config.vocab_size)
+    if config.layer_types is not None:  # Gemma 3: which layers slide, over how many positions, turning how fast
+        writer.add_sliding_window(config.sliding_window)
+        writer.add_sliding_window_pattern([t == "sliding_attention" for t in config.layer_types])
+        writer.add_rope_freq_base_swa(config.rope_local_base_freq)
+    if config.query_pre_attn_scalar is not None:
+        writer.add_attention_scale(config.query_pre_attn_scalar**-0.5)
 
 
 def gguf_tensors(tensors: dict, config: ModelConfig, dtype: str):
@@ -118,6 +137,8 @@ def gguf_tensors(tensors: dict, config: ModelConfig, dtype: str):
         gguf_name = names.get_name(hf_name, try_suffixes=(".weight", ".bias"))
         assert gguf_name is not None, f"no llama.cpp name for {hf_name}"
         data = tensor.float().numpy()
+        if arch == gguf.MODEL_ARCH.GEMMA3 and hf_name.endswith("norm.weight"):
+            data = data + 1.0  # llama.cpp's Gemma norms scale by the stored weight, Hugging Face's by (1 + w)
         if arch == gguf.MODEL_ARCH.LLAMA and ".self_attn.q_proj." in hf_name:
             data = interleave_rope_rows(data, config.num_attention_heads)
         elif arch == gguf.MODEL_ARCH.LLAMA and ".self_attn.k_proj." in hf_name:

@@ -20,7 +20,10 @@ from linnet_core.config import ModelConfig
 
 # rms_norm normalises the last dim; head_norm each head's head_dim values (Qwen3's q/k norm); rope's attrs carry
 # its base and frequency scaling (linnet_core/rope.py turns them into the inverse frequencies every emitter uses).
-OpKind = Literal["embed", "rms_norm", "head_norm", "linear", "rope", "attention", "silu_mul", "add", "logits", "argmax"]
+# Gemma's variants: embed's attrs may scale it ("scale"), a norm's may add 1 to its weight ("offset"), attention's may
+# set its score scale ("scale") and a sliding window ("window"); gelu_mul is GeGLU's gelu_tanh(gate) * up.
+OpKind = Literal["embed", "rms_norm", "head_norm", "linear", "rope", "attention", "silu_mul", "gelu_mul", "add",
+                 "logits", "argmax"]
 
 
 @dataclass(frozen=True)
@@ -50,6 +53,21 @@ class Decoder:
     prologue: tuple[Op, ...]  # tokens -> x
     block: tuple[Op, ...]  # x -> x, reading and writing this layer's cache
     epilogue: tuple[Op, ...]  # x -> logits -> next token
+    # When layers differ (Gemma 3's sliding-window and global layers): one op list per kind of layer, over the same
+    # weights, and each layer's index into them. `block` is then variants[0].
+    variants: tuple[tuple[Op, ...], ...] = ()
+    layer_variant: tuple[int, ...] = ()
+
+    def block_of(self, layer: int) -> tuple[Op, ...]:
+        """The ops of layer `layer`."""
+        return self.variants[self.layer_variant[layer]] if self.variants else self.block
+
+    def blocks(self) -> tuple[tuple[Op, ...], ...]:
+        """Every distinct block (one unless layers differ)."""
+        return self.variants or (self.block,)
+
+    def variant_of_layer(self) -> tuple[int, ...]:
+        return self.layer_variant or (0,) * self.config.num_hidden_layers
 
     @property
     def head_weight(self) -> str:

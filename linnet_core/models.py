@@ -108,6 +108,18 @@ ENTRIES = (
                     tie_word_embeddings=True, bos_token_id=151643, eos_token_id=151645),
         "Apache-2.0", 151643, ("grouped-query-attention", "qk-norm"),
     ),
+    real(
+        "gemma-3-270m-it", "google/gemma-3-270m-it", "Gemma 3 270M IT",
+        "A 270M-parameter Gemma 3 text decoder: five sliding-window layers to one global, each with its own RoPE "
+        "base, GeGLU, RMSNorms before and after attention and MLP, q/k norms, and a tied head, instruction-tuned.",
+        ModelConfig(model_type="gemma3_text", vocab_size=262144, hidden_size=640, intermediate_size=2048,
+                    num_hidden_layers=18, num_attention_heads=4, num_key_value_heads=1, head_dim=256,
+                    max_position_embeddings=32768, rope_theta=1_000_000.0, rope_local_base_freq=10_000.0,
+                    sliding_window=512, query_pre_attn_scalar=256, rms_norm_eps=1e-6, tie_word_embeddings=True,
+                    layer_types=tuple("full_attention" if (n + 1) % 6 == 0 else "sliding_attention" for n in range(18)),
+                    bos_token_id=2, eos_token_id=1),
+        "Gemma", 262144, ("multi-query-attention", "sliding-window", "qk-norm"),
+    ),
     tiny(
         "qwen2-tiny", "Qwen2 tiny",
         "The Qwen2 architecture at test size: grouped-query attention, biased query/key/value projections "
@@ -133,6 +145,19 @@ ENTRIES = (
         ("grouped-query-attention", "qk-norm"),
     ),
 )
+GEMMA3_TINY = tiny(
+    "gemma3-tiny", "Gemma 3 tiny",
+    "The Gemma 3 text architecture at test size: five sliding-window layers of 8 positions (their own RoPE base) "
+    "then a global one, GeGLU, pre- and post-norms of (1 + w), q/k norms, and embeddings scaled by sqrt(hidden), "
+    "with synthetic weights.",
+    # six layers in Gemma 3's own 5:1 pattern, query_pre_attn_scalar = head_dim as in Gemma 3 270M: the
+    # relationships KerasHub's and llama.cpp's Gemma 3 assume
+    ModelConfig(model_type="gemma3_text", **{**TINY, "num_hidden_layers": 6}, head_dim=32, rope_theta=1_000_000.0,
+                rope_local_base_freq=10_000.0, sliding_window=8, query_pre_attn_scalar=32, rms_norm_eps=1e-6,
+                tie_word_embeddings=True, layer_types=("sliding_attention",) * 5 + ("full_attention",)),
+    ("grouped-query-attention", "sliding-window", "qk-norm"),
+)
+ENTRIES = (*ENTRIES, GEMMA3_TINY)
 MODELS: dict[str, ModelEntry] = {m.id: m for m in ENTRIES}
 DEFAULT_MODEL = "qwen2-tiny"
 

@@ -10,6 +10,7 @@ sampler's loop for the remaining tokens (still one XLA while loop). The score pa
 from __future__ import annotations
 
 import contextlib
+import inspect
 import itertools
 import os
 
@@ -78,6 +79,13 @@ class Runner(base.Runner):
         with keras.StatelessScope(state_mapping=mapping):
             yield
 
+    def build_lm_cache(self, token_ids):
+        """KerasHub's cache build over token_ids [1, L]; Gemma 3's also takes its vision inputs (none here) and a
+        padding mask (all positions real: attention is causal, so the padding after the prompt is never read)."""
+        if "vision_mask" in inspect.signature(self.lm._build_cache).parameters:
+            return self.lm._build_cache(token_ids, None, None, ops.ones_like(token_ids, dtype="bool"), None)
+        return self.lm._build_cache(token_ids)
+
     def next(self, prompt, cache, index):
         """KerasHub's generate_step `next`: logits for the token before `index`, written into the cache."""
         token = ops.slice(prompt, [0, index - 1], [ops.shape(prompt)[0], 1])
@@ -87,7 +95,7 @@ class Runner(base.Runner):
     def first_token(self, state, token_ids, index):
         """token_ids [1, L] (the prompt, then padding) -> (token_ids with the first new id at `index`, cache)."""
         with self.stateless(state):
-            _, cache = self.lm._build_cache(token_ids)
+            _, cache = self.build_lm_cache(token_ids)
             logits, _, cache = self.next(token_ids, cache, index)
             sampler = self.lm.sampler
             first = ops.cast(sampler.get_next_token(sampler.compute_probabilities(logits)), token_ids.dtype)
@@ -101,7 +109,7 @@ class Runner(base.Runner):
 
     def build_cache(self, state, token_ids):
         with self.stateless(state):
-            return self.lm._build_cache(token_ids)[1]
+            return self.build_lm_cache(token_ids)[1]
 
     def step_logits(self, state, token, cache, index):
         """Logits [1, V] of token [1, 1] at position `index`, and the cache with it written."""

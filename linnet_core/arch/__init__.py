@@ -24,6 +24,7 @@ ARCHITECTURES = {
     "qwen2": "linnet_core.arch.qwen2",
     "llama": "linnet_core.arch.llama",
     "qwen3": "linnet_core.arch.qwen3",
+    "gemma3_text": "linnet_core.arch.gemma3",
 }
 
 

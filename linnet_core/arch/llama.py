@@ -9,14 +9,12 @@ MODEL_TYPE = "llama"
 HF_CLASS = "LlamaForCausalLM"
 DEFAULTS = {"rope_theta": 10_000.0, "rms_norm_eps": 1e-6, "tie_word_embeddings": False, "attention_bias": False,
             "mlp_bias": False}  # fmt: skip
-FIXED: dict = {}
+FIXED = {"hidden_act": "silu"}
 GGUF_ARCH = "LLAMA"
 KERAS_HUB = ("Llama3Backbone", "Llama3CausalLM")
 
 
 def check(hf: dict) -> None:
-    if hf.get("hidden_act", "silu") != "silu":
-        raise ValueError(f"Llama with hidden_act {hf.get('hidden_act')!r} is not supported (only silu)")
     if hf.get("pretraining_tp", 1) != 1:
         raise ValueError("Llama with pretraining_tp > 1 is not supported")
 

@@ -8,7 +8,7 @@ from linnet_core.arch.common import standard_decoder
 MODEL_TYPE = "qwen2"
 HF_CLASS = "Qwen2ForCausalLM"
 DEFAULTS = {"rope_theta": 10_000.0, "rms_norm_eps": 1e-6, "tie_word_embeddings": False}
-FIXED = {"attention_bias": True, "mlp_bias": False}  # q/k/v always biased, o and the MLP never
+FIXED = {"hidden_act": "silu", "attention_bias": True, "mlp_bias": False}  # q/k/v always biased, o and the MLP never
 GGUF_ARCH = "QWEN2"
 KERAS_HUB = ("QwenBackbone", "QwenCausalLM")
 

@@ -9,7 +9,7 @@ MODEL_TYPE = "qwen3"
 HF_CLASS = "Qwen3ForCausalLM"
 DEFAULTS = {"rope_theta": 10_000.0, "rms_norm_eps": 1e-6, "tie_word_embeddings": False, "attention_bias": False,
             "head_dim": 128}  # fmt: skip
-FIXED = {"mlp_bias": False}
+FIXED = {"hidden_act": "silu", "mlp_bias": False}
 GGUF_ARCH = "QWEN3"
 KERAS_HUB = ("Qwen3Backbone", "Qwen3CausalLM")
 

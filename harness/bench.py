@@ -17,7 +17,7 @@ from harness.registry import ModelEntry, checkpoint_for
 from harness.results import SCHEMA_VERSION, ResultFile, Row, write_result
 from harness.trials import combine_trials
 from harness.validate import invalid_figures
-from harness.workload import PROBE_PREFILL, Profile, probe_ids, prompt_ids
+from harness.workload import PROBE_PREFILL, PROBE_TOKENS, Profile, probe_ids, prompt_ids
 from runners import REFERENCE, RunnerInfo
 from runners.base import RunSpec
 
@@ -92,7 +92,7 @@ def new_result(settings: BenchSettings, weights: str, machine: dict, created_at:
             "runs": profile.runs,
             "seed": settings.seed,
             "max_positions": profile.max_positions,
-            "probe_tokens": len(probe_ids(entry.first_special_token, settings.seed)),
+            "probe_tokens": PROBE_TOKENS,
             "probe_prefill": PROBE_PREFILL,
             # the many-requests workload, recorded when a serving row runs
             **({"serving": dataclasses.asdict(profile.serving)} if serving else {}),

@@ -23,12 +23,12 @@ from harness.registry import MODELS, get_model
 from harness.results import Row, load_result, write_result
 from harness.site.context import machine_name
 from harness.workload import PROFILES, get_profile
+from linnet_core.dtypes import NAMES as DTYPES
 from linnet_core.errors import UserError, run_cli
 from runners import RUNNERS, get_runner
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Linnet Bench: time every stack the same way.")
 console = Console()
-DTYPES = ("f32", "f16", "bf16")
 
 
 @app.command()
@@ -51,7 +51,7 @@ def runners() -> None:
 
 @app.command()
 def run(
-    model: list[str] = typer.Argument(..., help="model ids or aliases (see `linnet-bench models`); several run in turn, or at once on a cluster"),
+    model: list[str] = typer.Argument(..., help="model ids or aliases (see `linnet-bench models`) or local checkpoint directories; several run in turn, or at once on a cluster"),
     runner: Optional[list[str]] = typer.Option(None, "--runner", "-r", help="a runner id; repeat for several (default: all)"),
     profile: Optional[str] = typer.Option(None, help=f"one of {', '.join(PROFILES)} (default: 'default' on a GPU or for a tiny model, else 'cpu')"),
     weights: Optional[Path] = typer.Option(None, help="a local Hugging Face checkpoint directory (default: synthetic weights)"),

@@ -1,4 +1,4 @@
-"""Hugging Face checkpoints: the tensor names and shapes a Qwen2 decoder needs, reading a local directory,
+"""Hugging Face checkpoints: the tensor names and shapes a model description needs, reading a local directory,
 and writing deterministic synthetic weights of the exact shape as a checkpoint every stack can read."""
 
 from __future__ import annotations
@@ -16,32 +16,14 @@ from linnet_core.errors import UserError
 
 CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "model.safetensors"
+SYNTHETIC_RECIPE = 2  # bump when synthetic_tensor or the files a synthetic checkpoint holds change
 
 
 def tensor_shapes(config: ModelConfig) -> dict[str, tuple[int, ...]]:
-    """Every tensor of the Hugging Face Qwen2 layout, by name; a tied head is not stored."""
-    h, i, v = config.hidden_size, config.intermediate_size, config.vocab_size
-    kv = config.num_key_value_heads * config.head_dim
-    shapes: dict[str, tuple[int, ...]] = {"model.embed_tokens.weight": (v, h), "model.norm.weight": (h,)}
-    for n in range(config.num_hidden_layers):
-        p = f"model.layers.{n}."
-        shapes |= {
-            p + "input_layernorm.weight": (h,),
-            p + "self_attn.q_proj.weight": (h, h),
-            p + "self_attn.q_proj.bias": (h,),
-            p + "self_attn.k_proj.weight": (kv, h),
-            p + "self_attn.k_proj.bias": (kv,),
-            p + "self_attn.v_proj.weight": (kv, h),
-            p + "self_attn.v_proj.bias": (kv,),
-            p + "self_attn.o_proj.weight": (h, h),
-            p + "post_attention_layernorm.weight": (h,),
-            p + "mlp.gate_proj.weight": (i, h),
-            p + "mlp.up_proj.weight": (i, h),
-            p + "mlp.down_proj.weight": (h, i),
-        }
-    if not config.tie_word_embeddings:
-        shapes["lm_head.weight"] = (v, h)
-    return shapes
+    """Every tensor of the Hugging Face layout by name, from the model description; a tied head is not stored."""
+    from linnet_core.arch import build_decoder
+
+    return {w.hf_name: w.shape for w in build_decoder(config).all_weights()}
 
 
 def read_config(path: Path) -> ModelConfig:
@@ -51,8 +33,14 @@ def read_config(path: Path) -> ModelConfig:
         return ModelConfig.from_hf(json.loads(file.read_text()))
     except FileNotFoundError:
         raise UserError(f"{file}: no config.json; --weights needs a Hugging Face checkpoint directory") from None
-    except (json.JSONDecodeError, ValueError, TypeError, AssertionError) as e:
-        raise UserError(f"{file}: not a usable Qwen2 config ({e})") from None
+    except IsADirectoryError:
+        raise UserError(f"{file}: is a directory, not a config.json file") from None
+    except json.JSONDecodeError as e:
+        raise UserError(f"{file}: not valid JSON ({e})") from None
+    except (ValueError, TypeError, OverflowError) as e:
+        raise UserError(f"{file}: {e}") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise UserError(f"{file}: unreadable ({e})") from None
 
 
 def weight_files(path: Path) -> list[Path]:
@@ -96,15 +84,19 @@ def load_weights(path: Path, framework: str = "np") -> dict:
 
 
 def check_weights(path: Path, config: ModelConfig, shapes: dict[str, tuple[int, ...]]) -> None:
-    """A one-line error naming the first missing or mis-shaped tensor."""
+    """A one-line error naming the first missing, mis-shaped or unexpected tensor: config.json and the tensors
+    must describe the same model (a bias config.json does not announce would otherwise be silently dropped)."""
     expected = tensor_shapes(config)
     shapes = dict(shapes)
     shapes.pop("lm_head.weight", None) if config.tie_word_embeddings else None
     for name, shape in expected.items():
         if name not in shapes:
-            raise UserError(f"{path}: checkpoint lacks tensor {name}")
-        if shapes[name] != shape:
-            raise UserError(f"{path}: tensor {name} has shape {shapes[name]}, config.json says {shape}")
+            raise UserError(f"{path}: checkpoint lacks tensor {name}, which config.json's {config.model_type} needs")
+        if tuple(shapes[name]) != shape:
+            raise UserError(f"{path}: tensor {name} has shape {tuple(shapes[name])}, config.json says {shape}")
+    extra = sorted(n for n in shapes if n not in expected and n.startswith("model.") and n.endswith((".weight", ".bias")))
+    if extra:
+        raise UserError(f"{path}: checkpoint has tensor {extra[0]}, which config.json's {config.model_type} does not use")
 
 
 def synthetic_tensor(name: str, shape: tuple[int, ...], config: ModelConfig, seed: int):
@@ -135,10 +127,11 @@ def synthetic_checkpoint(model_id: str, config: ModelConfig, dtype: str, seed: i
 
     from linnet_core import tokenizer
 
-    # the tokenizer is part of the key: a checkpoint cached before (or with another tokenizer) is never reused
+    # the key covers config.json (architecture included), the weights' recipe and the tokenizer, so a stale cache
+    # (or one with another tokenizer) is never read
     described = json.dumps(config.to_hf(dtype), sort_keys=True) + tokenizer.fingerprint()
-    key = hashlib.sha256(described.encode()).hexdigest()[:10]
-    target = (cache or cache_dir()) / "synthetic" / f"{model_id}-seed{seed}-{key}"
+    key = hashlib.sha256(f"{SYNTHETIC_RECIPE}:{described}".encode()).hexdigest()[:10]
+    target = (cache or cache_dir()) / "synthetic" / f"{model_id}-{config.model_type}-seed{seed}-{key}"
     if (target / WEIGHTS_FILE).exists():
         return target
     target.parent.mkdir(parents=True, exist_ok=True)

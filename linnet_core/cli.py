@@ -12,6 +12,7 @@ from typing import Optional
 import typer
 from rich.console import Console
 
+from linnet_core import dtypes
 from linnet_core.errors import UserError, run_cli
 from linnet_core.targets import TARGETS, CompileOptions, compile_function
 
@@ -19,19 +20,33 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, help="Linnet: one 
 export_app = typer.Typer(no_args_is_help=True, help="Write a model in another engine's format.")
 app.add_typer(export_app, name="export")
 console = Console()
+MODEL_HELP = ("model id or alias (see `linnet-bench models`; synthetic weights of its shape unless --weights), or a "
+              "local Hugging Face checkpoint directory")  # fmt: skip
+WEIGHTS_HELP = "a local Hugging Face checkpoint directory of MODEL (default: synthetic weights)"
 
 
 def resolve(model: str, weights: Optional[Path], seed: int = 0):
-    """(registry entry, checkpoint directory): MODEL's synthetic weights, or a checked local directory."""
-    from harness.registry import checkpoint_for, get_model
+    """(model entry, checkpoint directory): MODEL's synthetic weights, a checked --weights directory, or MODEL
+    itself when it is a local checkpoint directory."""
+    from linnet_core.models import resolve as resolve_model
 
-    entry = get_model(model)
-    return entry, checkpoint_for(entry, weights, seed)[0]
+    return resolve_model(model, weights, seed)
+
+
+def default_device() -> str:
+    """cuda when NVML sees a GPU, else cpu."""
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        return "cuda" if pynvml.nvmlDeviceGetCount() > 0 else "cpu"
+    except Exception:  # no library, no driver, no device: all mean "no GPU here"
+        return "cpu"
 
 
 @app.command("compile")
 def compile_(
-    model: str = typer.Argument(..., help="model id or alias (see `linnet-bench models`)"),
+    model: str = typer.Argument(..., help=MODEL_HELP),
     target: str = typer.Option(..., help="what to emit: " + ", ".join(TARGETS)),
     out: Path = typer.Option(..., help="directory for the artefacts"),
     weights: Optional[Path] = typer.Option(None, help="a local Hugging Face checkpoint (default: synthetic weights)"),
@@ -41,20 +56,17 @@ def compile_(
     quant: Optional[str] = typer.Option(None, help="weight-only quantization of the linear layers: int8 (targets torch, onnx)"),
 ) -> None:
     """Write MODEL's artefacts for one engine (generated source, serialized graphs) into OUT."""
-    from linnet_core.graph import qwen2_decoder
+    from linnet_core.arch import build_decoder
 
-    if dtype not in ("f32", "f16", "bf16"):
-        raise UserError(f"unknown dtype {dtype!r}; use f32, f16 or bf16")
+    dtypes.check(dtype)
     check_quant(quant, target)
     write = compile_function(target)
     entry, ckpt = resolve(model, weights)
-    files = write(qwen2_decoder(entry.config), ckpt, out, CompileOptions(dtype, max_positions, rows, quant))
+    files = write(build_decoder(entry.config), ckpt, out, CompileOptions(dtype, max_positions, rows, quant))
     for f in files:
         console.print(f"wrote {f}", soft_wrap=True, highlight=False)
 
 
-MODEL_HELP = "model id or alias (see `linnet-bench models`); synthetic weights of its shape unless --weights"
-WEIGHTS_HELP = "a local Hugging Face checkpoint directory of MODEL (default: synthetic weights)"
 
 
 @export_app.command("hf")
@@ -86,16 +98,16 @@ def export_gguf(
 
     if dtype not in gguf.DTYPES:  # before building synthetic weights
         raise UserError(f"unknown GGUF dtype {dtype!r}; use one of {', '.join(gguf.DTYPES)}")
-    source = resolve(model, weights, seed)[1]
+    entry, source = resolve(model, weights, seed)
     start = time.perf_counter()
-    path = gguf.export(source, out, dtype, name=model)
+    path = gguf.export(source, out, dtype, name=entry.id)
     size = path.stat().st_size / 2**20
     console.print(f"wrote {path} ({dtype}, {size:.1f} MiB) in {time.perf_counter() - start:.1f} s", highlight=False)
 
 
 @app.command("serve")
 def serve(
-    model: str = typer.Argument(..., help="model id or alias (see `linnet-bench models`)"),
+    model: str = typer.Argument(..., help=MODEL_HELP),
     backend: str = typer.Option("torch", help="torch, xla or ort (or module:function)"),
     rows: int = typer.Option(64, help="S: cache rows, the most requests decoding at once"),
     positions: int = typer.Option(640, help="L: positions per row (a prompt plus its new tokens)"),
@@ -114,7 +126,6 @@ def serve(
     quant: Optional[str] = typer.Option(None, help="weight-only quantization of the linear layers: int8 (torch, ort)"),
 ) -> None:
     """Serve MODEL over an OpenAI-compatible HTTP API (POST /v1/completions, GET /v1/models, GET /health)."""
-    from harness.memory import nvml_handles
     from linnet_core.serve.guard import is_loopback
     from linnet_core.serve.server import ServerSettings, run_server
 
@@ -130,14 +141,14 @@ def serve(
     check_quant(quant, backend)
     entry, ckpt = resolve(model, weights)
     settings = ServerSettings(entry.id, ckpt, backend, rows, positions, max_waiting, dtype,
-                              device or ("cuda" if nvml_handles() else "cpu"), mode, host, port, api_key or None,
-                              request_timeout, quant)  # fmt: skip
+                              device or default_device(), mode, host, port, api_key or None, request_timeout,
+                              quant)  # fmt: skip
     run_server(settings, on_ready=lambda line: console.print(line, highlight=False, soft_wrap=True))
 
 
 @export_app.command("triton")
 def export_triton(
-    model: str = typer.Argument(..., help="model id or alias (see `linnet-bench models`)"),
+    model: str = typer.Argument(..., help=MODEL_HELP),
     out: Path = typer.Argument(..., help="the model repository directory to write"),
     backend: str = typer.Option("torch", help="the linnet.serve backend the Triton model runs: torch, xla or ort"),
     rows: int = typer.Option(64, help="S: cache rows"),
@@ -156,8 +167,7 @@ def export_triton(
 
 
 def check_dtype_device(dtype: str, device: Optional[str]) -> None:
-    if dtype not in ("f32", "f16", "bf16"):
-        raise UserError(f"unknown dtype {dtype!r}; use f32, f16 or bf16")
+    dtypes.check(dtype)
     if device not in (None, "cpu", "cuda"):
         raise UserError(f"unknown device {device!r}; use cpu or cuda")
 

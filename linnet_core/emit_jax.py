@@ -18,21 +18,24 @@ from pathlib import Path
 
 import jinja2
 
+from linnet_core.dtypes import long_name
 from linnet_core.graph import Decoder, Op
+from linnet_core.rope import inverse_frequencies
 from linnet_core.safetensors_np import read_safetensors
 from linnet_core.targets import CompileOptions
 
-MODULE_FILE = "linnet_qwen2_jax.py"  # the generated module's file name
-DTYPE_NAMES = {"f32": "float32", "f16": "float16", "bf16": "bfloat16"}
+MODULE_FILE = "linnet_jax_model.py"  # the generated module's file name
 
 # The Python function each op kind calls; "add" is written inline as "+".
 FUNCTIONS = {
     "embed": "embed",
     "rms_norm": "rms_norm",
+    "head_norm": "head_norm",
     "linear": "linear",
     "rope": "rope",
     "attention": "attention",
     "silu_mul": "silu_mul",
+    "gelu_mul": "gelu_mul",
     "logits": "output_head",
     "argmax": "greedy",
 }
@@ -43,25 +46,34 @@ CACHE_KINDS = {"attention"}
 
 HELPERS = {
     "embed": '''
-def embed(tokens, table):
-    """Token embedding: ids [B, T] -> [B, T, H]."""
-    return jnp.take(table, tokens, axis=0)''',
+def embed(tokens, table, scale=None):
+    """Token embedding: ids [B, T] -> [B, T, H], times `scale` if given (Gemma: sqrt(H))."""
+    x = jnp.take(table, tokens, axis=0)
+    return x if scale is None else x * jnp.asarray(scale, x.dtype)''',
     "rms_norm": '''
-def rms_norm(x, weight, eps):
-    """RMSNorm over the last axis, computed in float32 and cast back as the checkpoint's model does."""
+def rms_norm(x, weight, eps, offset=None):
+    """RMSNorm over the last axis, computed in float32 and cast back as the checkpoint's model does; the scale is
+    offset + weight when an offset is given (Gemma: 1 + w)."""
     x32 = x.astype(jnp.float32)
     x32 = x32 * jax.lax.rsqrt(jnp.mean(x32 * x32, axis=-1, keepdims=True) + eps)
+    if offset is not None:
+        weight = weight + offset
     return weight * x32.astype(x.dtype)''',
+    "head_norm": '''
+def head_norm(x, weight, eps, head_dim, offset=None):
+    """RMSNorm over each head's values: x [B, T, N * head_dim] -> the same shape."""
+    heads = x.reshape(*x.shape[:2], -1, head_dim)  # [B, T, N, D]
+    return rms_norm(heads, weight, eps, offset).reshape(x.shape)''',
     "linear": '''
 def linear(x, weight, bias=None):
     """x [B, T, in] times weight [out, in] (the checkpoint's layout, not transposed), plus bias [out]."""
     y = jnp.einsum("bti,oi->bto", x, weight, precision=PRECISION)
     return y if bias is None else y + bias''',
     "rope": '''
-def rope(q, k, positions, heads, kv_heads, head_dim, theta):
-    """Rotate-half rotary embedding at each row's own positions [B, T]: q [B, T, heads * D], k [B, T, kv_heads * D]."""
-    inv_freq = 1.0 / theta ** (jnp.arange(0, head_dim, 2, dtype=jnp.float32) / head_dim)  # [D / 2]
-    angles = positions[:, :, None].astype(jnp.float32) * inv_freq  # [B, T, D / 2]
+def rope(q, k, positions, heads, kv_heads, head_dim, inv_freq):
+    """Rotate-half rotary embedding at each row's own positions [B, T]: q [B, T, heads * D], k [B, T, kv_heads * D];
+    inv_freq [D / 2] is how fast each pair of dims turns per position."""
+    angles = positions[:, :, None].astype(jnp.float32) * jnp.asarray(inv_freq, jnp.float32)  # [B, T, D / 2]
     angles = jnp.concatenate([angles, angles], axis=-1)[:, :, None, :]  # [B, T, 1, D]
     cos, sin = jnp.cos(angles).astype(q.dtype), jnp.sin(angles).astype(q.dtype)
 
@@ -72,10 +84,11 @@ def rope(q, k, positions, heads, kv_heads, head_dim, theta):
 
     return rotate(q, heads), rotate(k, kv_heads)''',
     "attention": '''
-def attention(q, k, v, positions, cache, row, heads, kv_heads, head_dim):
+def attention(q, k, v, positions, cache, row, heads, kv_heads, head_dim, scale=None, window=None):
     """Writes k, v [B, T, kv_heads * D] into cache rows row..row+B-1 at positions [B, T], then attends causally:
     each query sees its row's cache up to its own position. q [B, T, heads * D] -> [B, T, heads * D].
-    Grouped-query attention: each key/value head serves heads // kv_heads query heads.
+    Grouped-query attention: each key/value head serves heads // kv_heads query heads. Scores are scaled by
+    `scale` (None: head_dim^-1/2); with a `window`, a query sees only its last `window` positions.
 
     The cache keeps keys as [R, kv, D, S] and values as [R, kv, S, D]: the layouts the two matmuls read, so
     XLA neither copies nor transposes the cache to attend."""
@@ -95,8 +108,12 @@ def attention(q, k, v, positions, cache, row, heads, kv_heads, head_dim):
     keys = jax.lax.dynamic_slice_in_dim(cache_k, row, B, axis=0)  # [B, kv, D, S]
     values = jax.lax.dynamic_slice_in_dim(cache_v, row, B, axis=0)  # [B, kv, S, D]
     q = q.reshape(B, T, kv_heads, heads // kv_heads, head_dim).transpose(0, 2, 1, 3, 4)  # [B, kv, T, G, D]
-    scores = jnp.einsum("bktgd,bkds->bktgs", q, keys, precision=PRECISION) * head_dim**-0.5  # [B, kv, T, G, S]
-    visible = jnp.arange(S, dtype=jnp.int32) <= positions[:, None, :, None, None]  # [B, 1, T, 1, S]
+    scale = head_dim**-0.5 if scale is None else scale
+    scores = jnp.einsum("bktgd,bkds->bktgs", q, keys, precision=PRECISION) * scale  # [B, kv, T, G, S]
+    key_positions, query_positions = jnp.arange(S, dtype=jnp.int32), positions[:, None, :, None, None]
+    visible = key_positions <= query_positions  # [B, 1, T, 1, S]
+    if window is not None:
+        visible &= key_positions > query_positions - window
     scores = jnp.where(visible, scores.astype(jnp.float32), -jnp.inf)
     weights = jax.nn.softmax(scores, axis=-1).astype(q.dtype)  # softmax in float32, as the reference does
     out = jnp.einsum("bktgs,bksd->bktgd", weights, values, precision=PRECISION)  # [B, kv, T, G, D]
@@ -105,6 +122,10 @@ def attention(q, k, v, positions, cache, row, heads, kv_heads, head_dim):
 def silu_mul(gate, up):
     """SwiGLU: silu(gate) * up, [B, T, I]."""
     return jax.nn.silu(gate) * up''',
+    "gelu_mul": '''
+def gelu_mul(gate, up):
+    """GeGLU: gelu(gate) (tanh approximation) * up, [B, T, I]."""
+    return jax.nn.gelu(gate, approximate=True) * up''',
     "logits": '''
 def output_head(x, head):
     """Logits: x [B, T, H] times the head [V, H] (the token embedding when tied) -> [B, T, V]."""
@@ -155,11 +176,15 @@ def render_op(op: Op, weight_ref: str, shape: str | None = None) -> str:
     if op.kind == "argmax":
         assert op.attrs.get("at") == "last", op  # forward() runs the head on the last position only
         attrs = {}
+    elif op.kind == "rope":  # its base and scaling became a table of the module's INV_FREQ
+        attrs = {k: v for k, v in op.attrs.items() if k not in ("theta", "scaling", "table")}
     else:
         attrs = op.attrs
     if op.kind in CACHE_KINDS:
         ins, outs = [*ins, "cache", "row"], [*outs, "cache"]
     args = [*ins, *(weight_ref.format(w) for w in op.weights), *(f"{k}={v!r}" for k, v in attrs.items())]
+    if op.kind == "rope":
+        args.append(f"inv_freq=INV_FREQ[{op.attrs.get('table', 0)}]")
     return f"{', '.join(outs)} = {FUNCTIONS[op.kind]}({', '.join(args)}){comment}"
 
 
@@ -192,6 +217,17 @@ def emit_module(decoder: Decoder, options: CompileOptions = CompileOptions(), ti
     layer_params = dict(p for group in block for p in params_of(group))  # first use order
     assert sorted(w for ws in layer_params.values() for w in ws) == sorted(layer), "every layer weight once"
     f32 = options.dtype == "f32"
+    ropes = [next(op for op in ops if op.kind == "rope") for ops in decoder.blocks()]
+    inv_freqs = [inverse_frequencies(config.head_dim, r.attrs["theta"], r.attrs["scaling"]) for r in ropes]
+
+    def numbered(ops: tuple[Op, ...], n: int) -> tuple[Op, ...]:
+        """The block's ops with its rope reading INV_FREQ[n]."""
+        return tuple(Op(o.kind, o.out, o.inputs, o.weights, o.shape, {**o.attrs, "table": n}) if o.kind == "rope" else o
+                     for o in ops)  # fmt: skip
+
+    widths = {n: w.shape[0] for n, w in layer.items()}
+    blocks = [[render_group(g, 'p["{}"]', widths) for g in parallel_linears(numbered(ops, n))]
+              for n, ops in enumerate(decoder.blocks())]  # fmt: skip
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(Path(__file__).parent / "templates"),
         trim_blocks=True,
@@ -202,14 +238,17 @@ def emit_module(decoder: Decoder, options: CompileOptions = CompileOptions(), ti
     return env.get_template(TEMPLATE).render(
         title=title,
         c=config,
-        dtype_name=DTYPE_NAMES[options.dtype],
+        dtype_name=long_name(options.dtype),
         precision="HIGHEST" if f32 else "DEFAULT",
         precision_why="float32 matmuls in full float32 (no TF32 or bf16 passes on a GPU)"
         if f32
         else "the dtype's own matmuls, accumulating in float32",
         helpers=helpers,
+        architecture=config.architecture.HF_CLASS.removesuffix("ForCausalLM"),
+        inv_freqs=[", ".join(repr(float(f)) for f in values) for values in inv_freqs],
+        block_of_layer=repr(list(decoder.variant_of_layer())),
         prologue_lines=[render_op(op, 'params["{}"]') for op in decoder.prologue],
-        block_lines=[render_group(group, 'p["{}"]', {n: w.shape[0] for n, w in layer.items()}) for group in block],
+        blocks=blocks,
         # the epilogue runs on the last position: T is 1 there
         epilogue_lines=[render_op(op, 'params["{}"]', op.shape.replace("T", "1")) for op in decoder.epilogue],
         global_params=[(w.name, python_list([w.hf_name])) for w in decoder.global_weights],
@@ -226,7 +265,7 @@ def write_module(decoder: Decoder, out: Path, options: CompileOptions = CompileO
     return path
 
 
-def import_module(path: Path, module_name: str = "linnet_qwen2_jax"):
+def import_module(path: Path, module_name: str = "linnet_jax_model"):
     """Imports a generated module from its file (a fresh module object each time)."""
     spec = importlib.util.spec_from_file_location(module_name, path)
     module = importlib.util.module_from_spec(spec)

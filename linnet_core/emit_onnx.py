@@ -34,6 +34,7 @@ from onnx import TensorProto, helper
 from linnet_core.checkpoint import load_weights
 from linnet_core.graph import Decoder, Op
 from linnet_core.quant import onnx_blocks, quantize
+from linnet_core.rope import inverse_frequencies
 from linnet_core.targets import CompileOptions
 
 OPSET = 21  # ONNX Runtime >= 1.18 and TensorRT 10 read it
@@ -133,7 +134,7 @@ class OnnxEmitter:
         for layer in range(self.config.num_hidden_layers):
             self.layer, self.g.scope = layer, f"layers.{layer}."
             names = {rel: w.name for rel, w in self.decoder.weights_of_layer(layer).items()}
-            self.render(self.decoder.block, env, names)
+            self.render(self.decoder.block_of(layer), env, names)
         self.g.scope = ""
         # The epilogue's argmax is at the last position ("at": "last"): only that position needs the final norm
         # and the head. x [B, T, H] -> [B, H]
@@ -221,7 +222,11 @@ class OnnxEmitter:
 
     def embed(self, op: Op, tokens: str, table: str) -> str:
         # tokens [B, T] -> x [B, T, H]: rows of the embedding (the same initializer the tied head reads)
-        return self.g.op("Gather", self.weight(table), tokens, axis=0, name="x", doc=op.shape)
+        if "scale" not in op.attrs:
+            return self.g.op("Gather", self.weight(table), tokens, axis=0, name="x", doc=op.shape)
+        x = self.g.op("Gather", self.weight(table), tokens, axis=0, name="x_unscaled", doc=op.shape)
+        scale = self.g.tensor("embed.scale", np.asarray(op.attrs["scale"], np.float32).astype(self.np_dtype), self.elem)
+        return self.g.op("Mul", x, scale, name="x", doc=f"{op.shape}, scaled by {op.attrs['scale']:g}")
 
     def rms_norm(self, op: Op, x: str, weight: str) -> str:
         """x / sqrt(mean(x^2) + eps) * weight. The statistics are taken in f32 inside f16/bf16 graphs, as
@@ -233,11 +238,23 @@ class OnnxEmitter:
         mean_square = g.op("ReduceMean", square, g.const([-1]), keepdims=1, name="mean_square")  # [B, T, 1]
         var_eps = g.op("Add", mean_square, g.const(op.attrs["eps"], np.float32, "eps"), name="var_eps")
         rms = g.op("Sqrt", var_eps, name="rms")
-        normed = self.cast(g.op("Div", x32, rms, name="normed"), self.elem, "normed_cast")
+        normed = g.op("Div", x32, rms, name="normed")
+        if "offset" in op.attrs:  # Gemma: scaled by (1 + w), in f32, then cast, as transformers' Gemma3RMSNorm
+            scale = self.cast(self.weight(weight), F32, "norm_weight_f32")
+            scale = g.op("Add", scale, g.const(op.attrs["offset"], np.float32, "offset"), name="norm_scale")
+            scaled = g.op("Mul", normed, scale, name=f"{op.out[0]}_f32" if self.elem != F32 else op.out[0], doc=op.shape)
+            return scaled if self.elem == F32 else g.op("Cast", scaled, to=self.elem, name=op.out[0], doc=op.shape)
+        normed = self.cast(normed, self.elem, "normed_cast")
         return g.op("Mul", normed, self.weight(weight), name=op.out[0], doc=op.shape)
 
+    def head_norm(self, op: Op, x: str, weight: str) -> str:
+        """RMSNorm over each head's D values: [B, T, N*D] -> [B, T, N, D] -> normalised -> [B, T, N*D]."""
+        heads = self.g.op("Reshape", x, self.g.const([0, 0, -1, op.attrs["head_dim"]]), name=f"{op.out[0]}_heads")
+        normed = self.rms_norm(Op("rms_norm", (f"{op.out[0]}_normed",), op.inputs, op.weights, "", op.attrs), heads, weight)
+        return self.g.op("Reshape", normed, self.g.const([0, 0, -1]), name=op.out[0], doc=op.shape)
+
     def linear(self, op: Op, x: str, weight: str, bias: str | None = None) -> str:
-        # x [B, T, in] @ W.T [in, out] (+ b) -> [B, T, out]
+        """The one place a linear layer becomes nodes: x [B, T, in] @ W.T [in, out] (+ b) -> [B, T, out]."""
         if self.quant == "int8":
             y = self.matmul_int8(x, weight, f"{op.out[0]}_matmul", op.shape)
         else:
@@ -250,7 +267,7 @@ class OnnxEmitter:
 
         q [B, T, NQ*D], k [B, T, KV*D] -> as heads [B, T, NQ, D], [B, T, KV, D], rotated by their positions"""
         d = op.attrs["head_dim"]
-        cos, signed_sin = self.rope_tables(positions, d, op.attrs["theta"])
+        cos, signed_sin = self.rope_tables(positions, d, inverse_frequencies(d, op.attrs["theta"], op.attrs["scaling"]))
         swap = self.g.const(np.r_[np.arange(d // 2, d), np.arange(d // 2)], name="swap_halves")
         out = []
         for x, heads, name in ((q, op.attrs["heads"], "q"), (k, op.attrs["kv_heads"], "k")):
@@ -261,13 +278,12 @@ class OnnxEmitter:
             out.append(self.g.op("Add", x_cos, swapped_sin, name=f"{name}_roped"))
         return out[0], out[1]
 
-    def rope_tables(self, positions: str, d: int, theta: float) -> tuple[str, str]:
+    def rope_tables(self, positions: str, d: int, inv_freq: np.ndarray) -> tuple[str, str]:
         """cos and [-sin, sin] of the halves, [B, T, 1, D], once per graph: the angles in f32 as transformers
         computes them, then cast to the compute dtype."""
         g = self.g
 
         def make():
-            inv_freq = 1.0 / (theta ** (np.arange(0, d, 2, dtype=np.int64).astype(np.float32) / d))  # [D/2]
             pos = g.op("Cast", positions, to=F32, name="positions_f32")
             pos = g.op("Unsqueeze", pos, g.const([-1, -2]), name="positions_4d")  # [B, T, 1, 1]
             freqs = g.op("Mul", pos, g.tensor("rope.inv_freq", inv_freq.astype(np.float32), F32), name="rope_freqs")
@@ -277,7 +293,22 @@ class OnnxEmitter:
             signed_sin = g.op("Mul", g.op("Sin", angles, name="rope_sin_f32"), sign, name="rope_signed_sin_f32")
             return self.cast(cos, self.elem, "rope_cos"), self.cast(signed_sin, self.elem, "rope_signed_sin")
 
+        tables = self.__dict__.setdefault("_rope_tables", [])  # one pair per distinct table (Gemma has two)
+        key = inv_freq.tobytes()
+        tables.append(key) if key not in tables else None
+        n = tables.index(key)
+        if n:  # the second table's values get names of their own
+            return self.once(f"_rope{n}", lambda: self.with_suffix(f".{n}", make))
         return self.once("_rope", make)
+
+    def with_suffix(self, suffix: str, make):
+        """make() with `suffix` added to the names of the initializers it creates."""
+        tensor = self.g.tensor
+        self.g.tensor = lambda name, *args, **kw: tensor(name + suffix, *args, **kw)
+        try:
+            return make()
+        finally:
+            self.g.tensor = tensor
 
     def attention(self, op: Op, q: str, k: str, v: str, positions: str) -> str:
         """Writes k, v into this layer's slice of the batch rows' cache at the positions, then attends over all
@@ -299,10 +330,10 @@ class OnnxEmitter:
         scores = g.op("MatMul", qg, keys_t, name="scores")  # [B, KV, G*T, P]
         # Scale, mask and softmax in f32 inside f16/bf16 graphs (transformers' softmax also runs in f32): the
         # exponentials of f16 scores lose the small probabilities and bf16 keeps only 3 digits.
-        scale = g.const(d**-0.5, np.float32, "scale")
+        scale = g.const(op.attrs.get("scale", d**-0.5), np.float32, "scale")
         scores = g.op("Mul", self.cast(scores, F32, "scores_f32"), scale, name="scores_scaled")
         scores = g.op("Reshape", scores, g.const([0, kv, group, -1, p]), name="scores_by_query")  # [B, KV, G, T, P]
-        scores = g.op("Add", scores, self.attention_mask(positions), name="scores_masked")
+        scores = g.op("Add", scores, self.attention_mask(positions, op.attrs.get("window")), name="scores_masked")
         probs = g.op("Softmax", scores, axis=-1, name="probs")
         probs = g.op("Reshape", self.cast(probs, self.elem, "probs_cast"), g.const([0, kv, -1, p]), name="probs_rows")
         a = g.op("MatMul", probs, values, name="attended")  # [B, KV, G*T, D]
@@ -354,19 +385,23 @@ class OnnxEmitter:
 
         return self.once("_write_index", make)
 
-    def attention_mask(self, positions: str) -> str:
-        """Additive f32 mask [B, 1, 1, T, P]: 0 where the key's position <= the query's, the most negative float
-        elsewhere (as transformers does), so each row attends to its own written positions only."""
+    def attention_mask(self, positions: str, window: int | None = None) -> str:
+        """Additive f32 mask [B, 1, 1, T, P]: 0 where the key's position <= the query's (and, with a sliding
+        `window`, > the query's - window), the most negative float elsewhere (as transformers does), so each row
+        attends to its own written positions only."""
         g = self.g
 
         def make():
             query = g.op("Reshape", positions, g.const([0, 1, 1, -1, 1]), name="query_positions")  # [B, 1, 1, T, 1]
             keys = g.const(np.arange(self.max_positions), name="key_positions")  # [P]
             visible = g.op("LessOrEqual", keys, query, name="visible")
+            if window is not None:
+                start = g.op("Sub", query, g.const(window), name="window_start")
+                visible = g.op("And", visible, g.op("Greater", keys, start, name="in_window"), name="visible_in_window")
             zero, lowest = g.const(0.0, np.float32, "zero"), g.const(np.finfo(np.float32).min, np.float32, "lowest")
-            return g.op("Where", visible, zero, lowest, name="mask")
+            return g.op("Where", visible, zero, lowest, name="mask" if window is None else f"mask_window_{window}")
 
-        return self.once("_mask", make)
+        return self.once("_mask" if window is None else f"_mask_{window}", make)
 
     def write_cache(self) -> None:
         """cache_out = the cache with every layer's new keys and values at (row, layer, k/v, head, position):
@@ -393,6 +428,11 @@ class OnnxEmitter:
         # silu(g) * u = g * sigmoid(g) * u  [B, T, I]
         silu = self.g.op("Mul", gate, self.g.op("Sigmoid", gate, name="gate_sigmoid"), name="gate_silu")
         return self.g.op("Mul", silu, up, name=op.out[0], doc=op.shape)
+
+    def gelu_mul(self, op: Op, gate: str, up: str) -> str:
+        # GeGLU: gelu(g) with the tanh approximation, times u  [B, T, I]
+        gelu = self.g.op("Gelu", gate, approximate="tanh", name="gate_gelu")
+        return self.g.op("Mul", gelu, up, name=op.out[0], doc=op.shape)
 
     def add(self, op: Op, a: str, b: str) -> str:
         return self.g.op("Add", a, b, name=op.out[0], doc=op.shape)

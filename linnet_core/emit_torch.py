@@ -21,13 +21,14 @@ from types import ModuleType
 
 import jinja2
 
+from linnet_core import dtypes
 from linnet_core.checkpoint import check_weights, header_shapes
 from linnet_core.errors import UserError
 from linnet_core.graph import Decoder, Op
+from linnet_core.rope import inverse_frequencies
 from linnet_core.targets import CompileOptions
 
 MODULE_NAME = "linnet_torch_model"  # the generated file is OUT/linnet_torch_model.py
-TORCH_DTYPES = {"f32": "torch.float32", "f16": "torch.float16", "bf16": "torch.bfloat16"}
 
 
 @dataclass(frozen=True)
@@ -109,7 +110,8 @@ def joint_rope(ops: list[Op]) -> list[Op]:
 
 
 def render_embed(op: Op) -> str:
-    return f"{py(op.out[0])} = F.embedding({py(op.inputs[0])}, self.{attr(op.weights[0])})"
+    scale = f" * {op.attrs['scale']!r}" if "scale" in op.attrs else ""  # Gemma: scaled by sqrt(hidden)
+    return f"{py(op.out[0])} = F.embedding({py(op.inputs[0])}, self.{attr(op.weights[0])}){scale}"
 
 
 def render_rms_norm(op: Op) -> str:
@@ -117,7 +119,15 @@ def render_rms_norm(op: Op) -> str:
     return f"{py(op.out[0])} = rms_norm({py(op.inputs[0])}, {w}, {op.attrs['eps']!r}, {w}_doubled)"
 
 
+def render_head_norm(op: Op) -> str:
+    # RMSNorm over each head's values: [B, T, N * D] viewed as [B, T, N, D], normalised, flattened back
+    w, d = f"self.{attr(op.weights[0])}", op.attrs["head_dim"]
+    x = f"{py(op.inputs[0])}.unflatten(-1, (-1, {d}))"
+    return f"{py(op.out[0])} = rms_norm({x}, {w}, {op.attrs['eps']!r}, {w}_doubled).flatten(-2)"
+
+
 def render_linear(op: Op, function: str = "linear", scaled: bool = False) -> str | list[str]:
+    """The one place a linear layer (matmul + optional bias, or several fused) becomes code."""
     weight, *bias = (f"self.{attr(w)}" for w in op.weights)
     args = ", ".join([py(op.inputs[0]), weight, *([f"{weight}_scales"] if scaled else []), *bias])
     if "split" not in op.attrs:
@@ -148,11 +158,16 @@ def render_attention(op: Op) -> str:
     q, k, v, _positions = (py(x) for x in op.inputs)
     a = op.attrs
     heads = f"heads={a['heads']}, kv_heads={a['kv_heads']}, head_dim={a['head_dim']}"
-    return f"{py(op.out[0])} = attention({q}, {k}, {v}, slots, mask, k_cache, v_cache, {heads})"
+    scale = f", scale={a['scale']!r}" if "scale" in a else ""  # else head_dim ** -0.5
+    return f"{py(op.out[0])} = attention({q}, {k}, {v}, slots, mask, k_cache, v_cache, {heads}{scale})"
 
 
 def render_silu_mul(op: Op) -> str:
     return f"{py(op.out[0])} = F.silu({py(op.inputs[0])}) * {py(op.inputs[1])}"
+
+
+def render_gelu_mul(op: Op) -> str:
+    return f'{py(op.out[0])} = F.gelu({py(op.inputs[0])}, approximate="tanh") * {py(op.inputs[1])}'
 
 
 def render_add(op: Op) -> str:
@@ -181,10 +196,12 @@ def render_argmax(op: Op) -> str:
 RENDER = {
     "embed": render_embed,
     "rms_norm": render_rms_norm,
+    "head_norm": render_head_norm,
     "linear": render_linear,
     "rope": render_rope,
     "attention": render_attention,
     "silu_mul": render_silu_mul,
+    "gelu_mul": render_gelu_mul,
     "add": render_add,
     "logits": render_logits,
     "argmax": render_argmax,
@@ -212,10 +229,14 @@ def section(ops: list[Op], shapes: dict[str, tuple[int, ...]], fused: dict[str, 
             note = f": {', '.join(p.split('.')[0] for p in fused[w])} fused" if w in fused else ""
             note += ": the token embedding's (tied head)" if w == tied and op.kind == "logits" else ""
             shape = list(fused_shape(w, shapes, fused))
-            init.append(f'self.{attr(w)} = weights["{w}"]  # {shape}{" int8" if w in int8 else ""}{note}')
+            if "offset" in op.attrs:  # Gemma's norms scale by (1 + w)
+                note += f": ({op.attrs['offset']!r} + w), as the norm scales by it"
+                init.append(f'self.{attr(w)} = {op.attrs["offset"]!r} + weights["{w}"]  # {shape}{note}')
+            else:
+                init.append(f'self.{attr(w)} = weights["{w}"]  # {shape}{" int8" if w in int8 else ""}{note}')
             if w in int8:
                 init.append(f'self.{attr(w)}_scales = weights["{w}_scales"]  # [{shape[0]}]: per output channel')
-            if op.kind == "rms_norm":  # what rms_norm's single-kernel form needs (see there)
+            if op.kind in ("rms_norm", "head_norm"):  # what rms_norm's single-kernel form needs (see there)
                 init.append(f"self.{attr(w)}_doubled = torch.cat((self.{attr(w)}, self.{attr(w)}))")
     body = []
     for op in ops:
@@ -244,6 +265,7 @@ def render_module(decoder: Decoder, checkpoint: Path, options: CompileOptions) -
     global_shapes = {w.name: w.shape for w in decoder.global_weights}
     block_ops, block_fused = fuse_linears(decoder.block, block_shapes)
     block_ops = joint_rope(block_ops)
+    kinds = [joint_rope(fuse_linears(ops, block_shapes)[0]) for ops in decoder.blocks()]  # one Block class each
     prologue_ops, prologue_fused = fuse_linears(decoder.prologue, global_shapes)
     epilogue_ops, epilogue_fused = fuse_linears(decoder.epilogue, global_shapes)
     global_fused = prologue_fused | epilogue_fused
@@ -259,7 +281,8 @@ def render_module(decoder: Decoder, checkpoint: Path, options: CompileOptions) -
     global_names = [w for op in (*prologue_ops, *epilogue_ops) for w in op.weights]
     argmax = epilogue_ops[-1]
     assert argmax.kind == "argmax", argmax
-    rope = next(op for op in block_ops if op.kind == "rope")
+    ropes = [next(op for op in ops if op.kind == "rope") for ops in kinds]
+    windows = [next(op for op in ops if op.kind == "attention").attrs.get("window") for ops in kinds]
     constants = [
         ("VOCAB", c.vocab_size, "token ids"),
         ("HIDDEN", c.hidden_size, "width of the residual stream"),
@@ -267,16 +290,27 @@ def render_module(decoder: Decoder, checkpoint: Path, options: CompileOptions) -
         ("HEADS", c.num_attention_heads, "query heads"),
         ("KV_HEADS", c.num_key_value_heads, "key/value heads (grouped-query attention)"),
         ("HEAD_DIM", c.head_dim, "width of one head"),
-        ("ROPE_THETA", rope.attrs["theta"], "RoPE base"),
         ("MAX_POSITION_EMBEDDINGS", c.max_position_embeddings, "longest sequence the model supports"),
         ("MAX_POSITIONS", options.max_positions, "default KV cache positions per row"),
-        ("DTYPE", TORCH_DTYPES[options.dtype], "default compute dtype"),
+        ("DTYPE", f"torch.{dtypes.long_name(options.dtype)}", "default compute dtype"),
     ]
     compiled_config = {
         "vocab_size": c.vocab_size, "hidden_size": c.hidden_size, "intermediate_size": c.intermediate_size,
         "num_hidden_layers": c.num_hidden_layers, "num_attention_heads": c.num_attention_heads,
-        "num_key_value_heads": c.num_key_value_heads,
+        "num_key_value_heads": c.num_key_value_heads, "head_dim": c.head_dim, "model_type": json.dumps(c.model_type),
     }  # fmt: skip
+
+    def block_doc(rope: Op, window: int | None) -> str:
+        scaling = rope.attrs["scaling"]
+        return (f"RoPE base {rope.attrs['theta']:g}" + (f", {scaling['rope_type']} scaling x{scaling['factor']:g}" if scaling else "")
+                + (f", attending over the last {window} positions" if window else ""))  # fmt: skip
+
+    def inv_freq_literal(rope: Op) -> str:
+        values = inverse_frequencies(c.head_dim, rope.attrs["theta"], rope.attrs["scaling"])
+        return textwrap.fill(", ".join(repr(float(f)) for f in values), width=108, initial_indent="        ",
+                             subsequent_indent="        ")  # fmt: skip
+
+    names = ["Block"] if len(kinds) == 1 else [f"Block{n}" for n in range(len(kinds))]
     tied = decoder.head_weight if c.tie_word_embeddings else None
     if options.quant not in (None, "int8"):
         raise UserError(f"the torch target offers weight-only int8 (--quant int8), not {options.quant}")
@@ -290,7 +324,11 @@ def render_module(decoder: Decoder, checkpoint: Path, options: CompileOptions) -
         undefined=jinja2.StrictUndefined,
     )
     return env.get_template("torch_module.py.j2").render(
-        title=f"A Qwen2 decoder of {c.num_parameters / 1e6:.1f}M parameters",
+        title=f"A {c.architecture.HF_CLASS.removesuffix('ForCausalLM')} decoder of {c.num_parameters / 1e6:.1f}M parameters",
+        inv_freqs=[(inv_freq_literal(rope), block_doc(rope, w)) for rope, w in zip(ropes, windows)],
+        windows=repr(windows),
+        block_names=", ".join(names),
+        block_of_layer=repr(list(decoder.variant_of_layer())),
         summary=textwrap.fill(
             f"{c.num_hidden_layers} layers of width {c.hidden_size}; {c.num_attention_heads} query heads and "
             f"{c.num_key_value_heads} key/value heads of {c.head_dim}; MLP width {c.intermediate_size}; "
@@ -306,7 +344,8 @@ def render_module(decoder: Decoder, checkpoint: Path, options: CompileOptions) -
         ],
         compiled_config=list(compiled_config.items()),
         prologue=section(prologue_ops, global_shapes, global_fused, tied, int8),
-        block=section(block_ops, block_shapes, block_fused, tied, int8),
+        blocks=[(name, section(ops, block_shapes, block_fused, tied, int8), block_doc(rope, w))
+                for name, ops, rope, w in zip(names, kinds, ropes, windows)],  # fmt: skip
         epilogue=section(epilogue_ops, global_shapes, global_fused, tied, int8),
         epilogue_returns=f"{py(argmax.inputs[0])}[:, -1], {py(argmax.out[0])}",
         quantized=[n for n in dict.fromkeys(global_names) if n in int8]

@@ -15,7 +15,8 @@ import json
 import tempfile
 from pathlib import Path
 
-from linnet_core.emit_jax import DTYPE_NAMES, import_module, write_module
+from linnet_core.dtypes import long_name
+from linnet_core.emit_jax import import_module, write_module
 from linnet_core.graph import Decoder
 from linnet_core.stablehlo_engine import FORMAT, FORMAT_VERSION, MANIFEST
 from linnet_core.targets import CompileOptions
@@ -31,10 +32,10 @@ def export_functions(decoder: Decoder, options: CompileOptions):
     import jax.numpy as jnp
 
     with tempfile.TemporaryDirectory() as tmp:
-        module = import_module(write_module(decoder, Path(tmp), options), "linnet_qwen2_jax_export")
+        module = import_module(write_module(decoder, Path(tmp), options), "linnet_jax_export")
     if options.dtype == "f32":
         jax.config.update("jax_default_matmul_precision", "highest")
-    dtype = jnp.dtype(DTYPE_NAMES[options.dtype])
+    dtype = jnp.dtype(long_name(options.dtype))
     shape_of = {w.hf_name: w.shape for w in decoder.all_weights()}
     weights = [jax.ShapeDtypeStruct(concatenated(shape_of, hfs), dtype) for _, hfs in module.param_sources()]
     cache = jax.eval_shape(lambda: module.init_cache(options.batch, options.max_positions))  # shapes only
@@ -77,7 +78,7 @@ def compile_stablehlo(decoder: Decoder, checkpoint: Path, out: Path, options: Co
         "version": FORMAT_VERSION,
         "jax": jax.__version__,
         "platforms": list(PLATFORMS),
-        "dtype": DTYPE_NAMES[options.dtype],
+        "dtype": long_name(options.dtype),
         "rows": options.batch,
         "max_positions": options.max_positions,
         "min_prefill": module.MIN_PREFILL,

@@ -1,4 +1,5 @@
-"""The model description every Linnet emitter reads: the Qwen2 decoder as a short list of named steps.
+"""The model description every Linnet emitter reads: a decoder-only transformer as a short list of named steps.
+Each architecture's module in linnet_core/arch/ builds one (`linnet_core.arch.build_decoder(config)`).
 
 A `Decoder` holds the config, every weight once (a tied output head reads the embedding; it is never
 stored twice), and three op lists: the prologue (token embedding), one decoder block (applied to every
@@ -17,7 +18,12 @@ from typing import Literal
 
 from linnet_core.config import ModelConfig
 
-OpKind = Literal["embed", "rms_norm", "linear", "rope", "attention", "silu_mul", "add", "logits", "argmax"]
+# rms_norm normalises the last dim; head_norm each head's head_dim values (Qwen3's q/k norm); rope's attrs carry
+# its base and frequency scaling (linnet_core/rope.py turns them into the inverse frequencies every emitter uses).
+# Gemma's variants: embed's attrs may scale it ("scale"), a norm's may add 1 to its weight ("offset"), attention's may
+# set its score scale ("scale") and a sliding window ("window"); gelu_mul is GeGLU's gelu_tanh(gate) * up.
+OpKind = Literal["embed", "rms_norm", "head_norm", "linear", "rope", "attention", "silu_mul", "gelu_mul", "add",
+                 "logits", "argmax"]
 
 
 @dataclass(frozen=True)
@@ -47,6 +53,21 @@ class Decoder:
     prologue: tuple[Op, ...]  # tokens -> x
     block: tuple[Op, ...]  # x -> x, reading and writing this layer's cache
     epilogue: tuple[Op, ...]  # x -> logits -> next token
+    # When layers differ (Gemma 3's sliding-window and global layers): one op list per kind of layer, over the same
+    # weights, and each layer's index into them. `block` is then variants[0].
+    variants: tuple[tuple[Op, ...], ...] = ()
+    layer_variant: tuple[int, ...] = ()
+
+    def block_of(self, layer: int) -> tuple[Op, ...]:
+        """The ops of layer `layer`."""
+        return self.variants[self.layer_variant[layer]] if self.variants else self.block
+
+    def blocks(self) -> tuple[tuple[Op, ...], ...]:
+        """Every distinct block (one unless layers differ)."""
+        return self.variants or (self.block,)
+
+    def variant_of_layer(self) -> tuple[int, ...]:
+        return self.layer_variant or (0,) * self.config.num_hidden_layers
 
     @property
     def head_weight(self) -> str:
@@ -69,63 +90,3 @@ class Decoder:
     def hf_names(self) -> dict[str, str]:
         """Linnet name -> Hugging Face name, for every stored weight."""
         return {w.name: w.hf_name for w in self.all_weights()}
-
-
-def qwen2_decoder(config: ModelConfig) -> Decoder:
-    """The Qwen2 decoder: GQA with biased q/k/v, rotate-half RoPE, RMSNorm, SwiGLU, tied head."""
-    h, i, v, d = config.hidden_size, config.intermediate_size, config.vocab_size, config.head_dim
-    nq, nkv = config.num_attention_heads, config.num_key_value_heads
-    eps = config.rms_norm_eps
-    L = "layers.{layer}."  # block weight prefix, Linnet's and Hugging Face's
-    HF = "model.layers.{layer}."
-
-    def w(name, hf_name, *shape):
-        return Weight(name, hf_name, tuple(shape))
-
-    global_weights = [w("embed.weight", "model.embed_tokens.weight", v, h), w("norm.weight", "model.norm.weight", h)]
-    if not config.tie_word_embeddings:
-        global_weights.append(w("lm_head.weight", "lm_head.weight", v, h))
-    block_weights = (
-        w(L + "attn_norm.weight", HF + "input_layernorm.weight", h),
-        w(L + "q_proj.weight", HF + "self_attn.q_proj.weight", nq * d, h),
-        w(L + "q_proj.bias", HF + "self_attn.q_proj.bias", nq * d),
-        w(L + "k_proj.weight", HF + "self_attn.k_proj.weight", nkv * d, h),
-        w(L + "k_proj.bias", HF + "self_attn.k_proj.bias", nkv * d),
-        w(L + "v_proj.weight", HF + "self_attn.v_proj.weight", nkv * d, h),
-        w(L + "v_proj.bias", HF + "self_attn.v_proj.bias", nkv * d),
-        w(L + "o_proj.weight", HF + "self_attn.o_proj.weight", h, nq * d),
-        w(L + "mlp_norm.weight", HF + "post_attention_layernorm.weight", h),
-        w(L + "gate_proj.weight", HF + "mlp.gate_proj.weight", i, h),
-        w(L + "up_proj.weight", HF + "mlp.up_proj.weight", i, h),
-        w(L + "down_proj.weight", HF + "mlp.down_proj.weight", h, i),
-    )
-    heads = {"heads": nq, "kv_heads": nkv, "head_dim": d}
-    prologue = (Op("embed", ("x",), ("tokens",), ("embed.weight",), f"[B, T, {h}]"),)
-    block = (
-        Op("rms_norm", ("h",), ("x",), ("attn_norm.weight",), f"[B, T, {h}]", {"eps": eps}),
-        Op("linear", ("q",), ("h",), ("q_proj.weight", "q_proj.bias"), f"[B, T, {nq * d}]"),
-        Op("linear", ("k",), ("h",), ("k_proj.weight", "k_proj.bias"), f"[B, T, {nkv * d}]"),
-        Op("linear", ("v",), ("h",), ("v_proj.weight", "v_proj.bias"), f"[B, T, {nkv * d}]"),
-        # rotate-half RoPE at each row's positions, on q and k viewed as heads
-        Op("rope", ("q", "k"), ("q", "k", "positions"), (), f"[B, T, {nq * d}], [B, T, {nkv * d}]",
-           {**heads, "theta": config.rope_theta}),  # fmt: skip
-        # writes k, v into this layer's cache at the positions, then attends causally over the row's cache;
-        # kv heads are shared by heads // kv_heads query heads each (grouped-query attention)
-        Op("attention", ("a",), ("q", "k", "v", "positions"), (), f"[B, T, {nq * d}]", heads),
-        Op("linear", ("o",), ("a",), ("o_proj.weight",), f"[B, T, {h}]"),
-        Op("add", ("x",), ("x", "o"), (), f"[B, T, {h}]"),
-        Op("rms_norm", ("h",), ("x",), ("mlp_norm.weight",), f"[B, T, {h}]", {"eps": eps}),
-        Op("linear", ("g",), ("h",), ("gate_proj.weight",), f"[B, T, {i}]"),
-        Op("linear", ("u",), ("h",), ("up_proj.weight",), f"[B, T, {i}]"),
-        Op("silu_mul", ("m",), ("g", "u"), (), f"[B, T, {i}]"),
-        Op("linear", ("d",), ("m",), ("down_proj.weight",), f"[B, T, {h}]"),
-        Op("add", ("x",), ("x", "d"), (), f"[B, T, {h}]"),
-    )
-    head = "embed.weight" if config.tie_word_embeddings else "lm_head.weight"
-    epilogue = (
-        Op("rms_norm", ("x",), ("x",), ("norm.weight",), f"[B, T, {h}]", {"eps": eps}),
-        # the output head: x @ head.T, the head being the token embedding when tied
-        Op("logits", ("logits",), ("x",), (head,), f"[B, T, {v}]"),
-        Op("argmax", ("next",), ("logits",), (), "[B]", {"at": "last"}),
-    )
-    return Decoder(config, tuple(global_weights), block_weights, prologue, block, epilogue)

@@ -1,4 +1,5 @@
-"""The Hugging Face export: a checkpoint directory that transformers, vLLM, SGLang and TGI load as Qwen2ForCausalLM.
+"""The Hugging Face export: a checkpoint directory that transformers, vLLM, SGLang and TGI load as the architecture's
+*ForCausalLM (Qwen2ForCausalLM, LlamaForCausalLM, Qwen3ForCausalLM).
 
 config.json is written from Linnet's ModelConfig, the weights as one safetensors file in the source's dtype
 (a tied output head is stored once, as the embedding), generation_config.json keeps greedy decoding greedy,

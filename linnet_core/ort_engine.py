@@ -276,6 +276,17 @@ class OrtEngine:
         self.parity = 1 - p
         return self.tokens[1 - p].read()[:, 0].copy()
 
+    def prefill_logits(self, row: int, tokens: Sequence[int], start: int = 0) -> np.ndarray:
+        """prefill(), returning the last position's f32 logits [vocab] on the host (for sampling)."""
+        return self.prefill_with_logits(row, tokens, start)[1]
+
+    def step_logits(self, tokens: np.ndarray) -> np.ndarray:
+        """step(), except that row r reads tokens[r] (e.g. a sampled token) instead of its last token; returns f32
+        logits [rows, vocab] on the host. The decode step writes them into a buffer anyway."""
+        self.tokens[self.parity].write(np.asarray(tokens, dtype=np.int64).reshape(self.rows, 1))
+        self.step()
+        return self.logits.read().astype(np.float32, copy=True)
+
     def set_token(self, row: int, token: int) -> None:
         """Replaces the token `row` consumes next (teacher forcing)."""
         state = self.tokens[self.parity].read().copy()

@@ -77,6 +77,16 @@ class Engine:
             rows.append(self.step_on_device()[1][0])
         return np.stack([np.asarray(r, dtype=np.float32) for r in rows])
 
+    def prefill_logits(self, row, tokens, start=0):
+        """prefill(), returning the last position's f32 logits [V] on the host (for sampling)."""
+        return np.asarray(self.prefill_on_device(row, tokens, start)[1], dtype=np.float32)
+
+    def step_logits(self, tokens):
+        """step(), except that row r reads tokens[r] (int [R], e.g. a sampled token) instead of its last token;
+        returns f32 logits [R, V] on the host."""
+        self.tokens = jax.device_put(np.asarray(tokens, dtype=np.int32), self.tokens.sharding)  # [R]: read next
+        return np.asarray(self.step_on_device()[1], dtype=np.float32)
+
     def prefill_on_device(self, row, tokens, start=0):
         n = len(tokens)
         if not 0 <= row < self.rows or n < 1 or start < 0 or start + n > self.max_positions:

@@ -7,7 +7,7 @@ import torch
 
 from linnet_core.checkpoint import read_config
 from linnet_core.emit_torch import import_generated, write
-from linnet_core.graph import qwen2_decoder
+from linnet_core.arch import build_decoder
 from linnet_core.targets import CompileOptions
 from runners import base
 from runners._torch import cuda_unavailable, set_threads
@@ -25,7 +25,7 @@ class LinnetTorchRunner(base.EngineRunner):
         """Emitting and importing the module count as load time, as does a CUDA graph's capture."""
         set_threads()
         spec = self.spec
-        decoder = qwen2_decoder(read_config(spec.checkpoint))
+        decoder = build_decoder(read_config(spec.checkpoint))
         options = CompileOptions(dtype=spec.dtype, max_positions=spec.max_positions, batch=1, quant=self.quant)
         [path] = write(decoder, spec.checkpoint, spec.work / "generated", options)
         module = import_generated(path)

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import torch
 
-DTYPES = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}
+from linnet_core.dtypes import long_name
 
 
 def torch_dtype(name: str) -> torch.dtype:
-    return DTYPES[name]
+    return getattr(torch, long_name(name))
 
 
 def cuda_unavailable(spec) -> str | None:

@@ -7,10 +7,10 @@ import time
 from dataclasses import dataclass, fields
 from pathlib import Path
 
+from linnet_core.dtypes import long_name
 from linnet_core.errors import UserError
 from runners.base import RunSpec
 
-VLLM_DTYPES = {"f32": "float32", "f16": "float16", "bf16": "bfloat16"}
 TOKENIZER_FILES = ("tokenizer.json", "vocab.json")  # either one: vLLM can build the checkpoint's tokenizer
 
 
@@ -36,7 +36,7 @@ def engine_arguments(spec: RunSpec, model_dir: Path, settings: Settings) -> dict
     has_tokenizer = any((Path(model_dir) / f).is_file() for f in TOKENIZER_FILES)
     return {
         "model": str(model_dir),
-        "dtype": VLLM_DTYPES[spec.dtype],
+        "dtype": long_name(spec.dtype),
         "max_model_len": spec.max_positions,
         "max_num_seqs": 1,  # batch 1, as the single-request protocol runs every row
         "gpu_memory_utilization": settings.gpu_memory_utilization,

@@ -1,4 +1,5 @@
-"""KerasHub: keras_hub.models.QwenCausalLM on Keras's JAX backend, loaded from the Hugging Face checkpoint, greedy.
+"""KerasHub: the architecture's causal LM of keras_hub.models (QwenCausalLM, Llama3CausalLM, Qwen3CausalLM: its
+module's KERAS_HUB) on Keras's JAX backend, loaded from the Hugging Face checkpoint, greedy.
 
 KerasHub's generate() is one jitted function: `_build_cache` runs the backbone over the whole padded sequence
 (prompt + room for the new tokens) to seed its cache, then its sampler's while loop calls `call_with_cache` once
@@ -9,11 +10,14 @@ sampler's loop for the remaining tokens (still one XLA while loop). The score pa
 from __future__ import annotations
 
 import contextlib
+import inspect
 import itertools
 import os
 
 import numpy as np
 
+from linnet_core.checkpoint import read_config
+from linnet_core.dtypes import long_name
 from runners import _jax, base  # _jax configures JAX before Keras imports it
 
 os.environ["KERAS_BACKEND"] = "jax"  # Keras picks its backend when it is first imported
@@ -23,16 +27,29 @@ import keras  # noqa: E402
 import keras_hub  # noqa: E402
 from keras import ops  # noqa: E402
 
-KERAS_DTYPES = {"f32": "float32", "f16": "float16", "bf16": "bfloat16"}
+def keras_classes(spec):
+    """(backbone class, causal-LM class) of keras_hub.models for the checkpoint's architecture, or a reason why
+    KerasHub has none here."""
+    arch = read_config(spec.checkpoint).architecture
+    names = arch.KERAS_HUB
+    if names is None or not all(hasattr(keras_hub.models, n) for n in names):
+        return f"KerasHub {keras_hub.__version__} has no causal LM for the {arch.MODEL_TYPE} architecture"
+    return tuple(getattr(keras_hub.models, n) for n in names)
 
 
-def load_causal_lm(runner) -> tuple[jax.Device, keras_hub.models.QwenCausalLM]:
-    """The row's JAX device and a greedy QwenCausalLM on the Hugging Face checkpoint (the KerasHub rows share it)."""
+def unavailable(spec) -> str | None:
+    classes = keras_classes(spec)
+    return classes if isinstance(classes, str) else _jax.unavailable(spec)
+
+
+def load_causal_lm(runner):
+    """The row's JAX device and a greedy causal LM on the Hugging Face checkpoint (the KerasHub rows share it)."""
     device = _jax.device(runner)
+    backbone_class, lm_class = keras_classes(runner.spec)
     with jax.default_device(device):
         # The backbone alone: a preset without tokenizer.json (synthetic weights) has no preprocessor.
-        backbone = keras_hub.models.QwenBackbone.from_preset(runner.spec.checkpoint, dtype=KERAS_DTYPES[runner.spec.dtype])
-        lm = keras_hub.models.QwenCausalLM(backbone=backbone, preprocessor=None)
+        backbone = backbone_class.from_preset(str(runner.spec.checkpoint), dtype=long_name(runner.spec.dtype))
+        lm = lm_class(backbone=backbone, preprocessor=None)
     lm.compile(sampler="greedy")
     return device, lm
 
@@ -40,7 +57,7 @@ def load_causal_lm(runner) -> tuple[jax.Device, keras_hub.models.QwenCausalLM]:
 class Runner(base.Runner):
     @classmethod
     def unavailable(cls, spec):
-        return _jax.unavailable(spec)
+        return unavailable(spec)
 
     def load(self):
         self.device, self.lm = load_causal_lm(self)
@@ -62,6 +79,13 @@ class Runner(base.Runner):
         with keras.StatelessScope(state_mapping=mapping):
             yield
 
+    def build_lm_cache(self, token_ids):
+        """KerasHub's cache build over token_ids [1, L]; Gemma 3's also takes its vision inputs (none here) and a
+        padding mask (all positions real: attention is causal, so the padding after the prompt is never read)."""
+        if "vision_mask" in inspect.signature(self.lm._build_cache).parameters:
+            return self.lm._build_cache(token_ids, None, None, ops.ones_like(token_ids, dtype="bool"), None)
+        return self.lm._build_cache(token_ids)
+
     def next(self, prompt, cache, index):
         """KerasHub's generate_step `next`: logits for the token before `index`, written into the cache."""
         token = ops.slice(prompt, [0, index - 1], [ops.shape(prompt)[0], 1])
@@ -71,7 +95,7 @@ class Runner(base.Runner):
     def first_token(self, state, token_ids, index):
         """token_ids [1, L] (the prompt, then padding) -> (token_ids with the first new id at `index`, cache)."""
         with self.stateless(state):
-            _, cache = self.lm._build_cache(token_ids)
+            _, cache = self.build_lm_cache(token_ids)
             logits, _, cache = self.next(token_ids, cache, index)
             sampler = self.lm.sampler
             first = ops.cast(sampler.get_next_token(sampler.compute_probabilities(logits)), token_ids.dtype)
@@ -85,7 +109,7 @@ class Runner(base.Runner):
 
     def build_cache(self, state, token_ids):
         with self.stateless(state):
-            return self.lm._build_cache(token_ids)[1]
+            return self.build_lm_cache(token_ids)[1]
 
     def step_logits(self, state, token, cache, index):
         """Logits [1, V] of token [1, 1] at position `index`, and the cache with it written."""

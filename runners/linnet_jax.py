@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from linnet_core.checkpoint import read_config
 from linnet_core.emit_jax import load_engine
-from linnet_core.graph import qwen2_decoder
+from linnet_core.arch import build_decoder
 from linnet_core.targets import CompileOptions
 from runners import _jax, base  # _jax configures JAX; none of the modules above imports it
 
@@ -20,7 +20,7 @@ class Runner(base.EngineRunner):
         self.device = _jax.device(self)
         self.notes.append(_jax.LOOP_NOTE)
         options = CompileOptions(dtype=self.spec.dtype, max_positions=self.spec.max_positions, batch=1)
-        decoder = qwen2_decoder(read_config(self.spec.checkpoint))
+        decoder = build_decoder(read_config(self.spec.checkpoint))
         self.engine = load_engine(decoder, self.spec.checkpoint, self.spec.work / "generated", options, self.device)
         self.notes.append(f"static cache of {self.spec.max_positions} positions, donated to each jitted step")
 

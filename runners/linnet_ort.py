@@ -8,7 +8,7 @@ import time
 
 from linnet_core.checkpoint import read_config
 from linnet_core.emit_onnx import INT8_ACCURACY_LEVEL, INT8_BLOCK, write_onnx
-from linnet_core.graph import qwen2_decoder
+from linnet_core.arch import build_decoder
 from linnet_core.ort_engine import PROVIDER_LABELS, OrtEngine, SessionSettings, why_unavailable
 from linnet_core.targets import CompileOptions
 from runners import base
@@ -41,7 +41,7 @@ class Runner(base.EngineRunner):
 
     def load(self):
         provider = self.provider_for(self.spec)
-        decoder = qwen2_decoder(read_config(self.spec.checkpoint))
+        decoder = build_decoder(read_config(self.spec.checkpoint))
         options = CompileOptions(dtype=self.dtype, max_positions=self.spec.max_positions, batch=1, quant=self.quant)
         out = self.spec.work / f"onnx-{self.dtype}{'-' + self.quant if self.quant else ''}"
         self.model_path = write_onnx(decoder, self.spec.checkpoint, out, options)[0]

@@ -23,8 +23,9 @@ class Runner(base.EngineRunner):
         """Writes the artefacts with the `linnet` CLI in a child process; returns (directory, seconds)."""
         out = self.spec.work / "stablehlo"
         command = [
-            sys.executable, "-m", "linnet_core.cli", "compile", self.spec.model, "--target", "stablehlo",
-            "--out", str(out), "--weights", self.spec.checkpoint, "--dtype", self.spec.dtype,
+            # the checkpoint directory stands for the model: its config.json says what to compile
+            sys.executable, "-m", "linnet_core.cli", "compile", self.spec.checkpoint, "--target", "stablehlo",
+            "--out", str(out), "--dtype", self.spec.dtype,
             "--max-positions", str(self.spec.max_positions),
         ]  # fmt: skip
         start = time.perf_counter()

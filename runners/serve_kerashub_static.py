@@ -1,4 +1,4 @@
-"""KerasHub, static batches: QwenCausalLM (JAX backend) from the same Hugging Face checkpoint, serving by static
+"""KerasHub, static batches: the architecture's causal LM (JAX backend) from the same Hugging Face checkpoint, serving by static
 batching. Waiting requests are taken up to the workload's in-flight bound at a time; each batch is padded to
 that many rows and to the longest possible prompt plus the new tokens, so one compiled generate() serves every
 batch, and the whole batch runs to its end before the next starts. KerasHub's generate() does not stream: every
@@ -11,7 +11,7 @@ import asyncio
 import numpy as np
 
 from runners import _jax, base  # _jax configures JAX before its first import
-from runners.kerashub import load_causal_lm  # sets Keras's JAX backend before Keras is imported
+from runners.kerashub import load_causal_lm, unavailable  # sets Keras's JAX backend before Keras is imported
 
 import jax  # noqa: E402
 
@@ -19,7 +19,7 @@ import jax  # noqa: E402
 class Runner(base.ServingRunner):
     @classmethod
     def unavailable(cls, spec):
-        return _jax.unavailable(spec)
+        return unavailable(spec)
 
     def load(self):
         self.device, self.lm = load_causal_lm(self)

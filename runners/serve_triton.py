@@ -14,10 +14,10 @@ import subprocess
 import time
 from pathlib import Path
 
+from linnet_core.dtypes import long_name
 from runners import base
 
 READY_TIMEOUT_S = 900  # model loading inside the server (weights, compilation, CUDA-graph capture)
-DTYPES = {"f32": "float32", "f16": "float16", "bf16": "bfloat16"}
 
 
 def free_port() -> int:
@@ -147,7 +147,7 @@ class Vllm(TritonServing):
         model = repo / self.model_name
         (model / "1").mkdir(parents=True)
         (model / "config.pbtxt").write_text('backend: "vllm"\ninstance_group [ { count: 1 kind: KIND_MODEL } ]\n')
-        engine = {"model": self.spec.checkpoint, "dtype": DTYPES[self.spec.dtype], "max_model_len": self.max_positions,
+        engine = {"model": self.spec.checkpoint, "dtype": long_name(self.spec.dtype), "max_model_len": self.max_positions,
                   "max_num_seqs": self.rows, "gpu_memory_utilization": 0.85, "enable_prefix_caching": False}  # fmt: skip
         (model / "1" / "model.json").write_text(json.dumps(engine, indent=2))
         self.notes.append("Triton's vLLM backend; KV-cache pool at gpu_memory_utilization 0.85")

@@ -15,7 +15,7 @@ from harness.bench import BenchSettings, run_bench
 from harness.results import load_result
 from harness.workload import get_profile, probe_ids
 from linnet_core.emit_jax import FUNCTIONS, MODULE_FILE, emit_module, import_module, write_module
-from linnet_core.graph import qwen2_decoder
+from linnet_core.arch import build_decoder
 from runners import RUNNERS
 from runners.base import RunSpec
 
@@ -32,11 +32,11 @@ def reference_logits(checkpoint, ids, n_prefill):
 
 @pytest.fixture(scope="module")
 def module(tiny, tmp_path_factory):
-    return import_module(write_module(qwen2_decoder(tiny.config), tmp_path_factory.mktemp("generated")))
+    return import_module(write_module(build_decoder(tiny.config), tmp_path_factory.mktemp("generated")))
 
 
 def test_the_source_renders_each_op_kind_once_and_every_op_in_order(tiny):
-    decoder = qwen2_decoder(tiny.config)
+    decoder = build_decoder(tiny.config)
     source = emit_module(decoder)
     tree = ast.parse(source)
     defined = [node.name for node in tree.body if isinstance(node, ast.FunctionDef)]
@@ -49,7 +49,7 @@ def test_the_source_renders_each_op_kind_once_and_every_op_in_order(tiny):
     expected = [", ".join(op.out + (("cache",) if op.kind == "attention" else ())) for op in decoder.block]
     assert ", ".join(assigned) == ", ".join(expected)
     assert 'linear(h, p["q_proj+k_proj+v_proj.weight"], p["q_proj+k_proj+v_proj.bias"])' in source
-    assert "[B, T, 192]" in source and "eps=1e-06" in source and "theta=1000000.0" in source
+    assert "[B, T, 192]" in source and "eps=1e-06" in source and "inv_freq=INV_FREQ" in source
 
 
 def test_the_engine_matches_transformers_through_the_cache_path(module, tiny_checkpoint, tiny):

@@ -15,7 +15,7 @@ import onnx
 import pytest
 
 from linnet_core.emit_onnx import DATA_FILE, MODEL_FILE, write_onnx
-from linnet_core.graph import qwen2_decoder
+from linnet_core.arch import build_decoder
 from linnet_core.targets import CompileOptions, compile_function
 
 ROWS, POSITIONS = 2, 64
@@ -25,7 +25,7 @@ ROWS, POSITIONS = 2, 64
 def models(tiny, tiny_checkpoint, tmp_path_factory):
     """dtype -> the tiny model's model.onnx, over a cache of 2 rows x 64 positions."""
     out = tmp_path_factory.mktemp("onnx")
-    decoder = qwen2_decoder(tiny.config)
+    decoder = build_decoder(tiny.config)
     paths = {}
     for dtype in ("f32", "f16", "bf16"):
         files = write_onnx(decoder, tiny_checkpoint, out / dtype, CompileOptions(dtype, POSITIONS, ROWS))
@@ -54,7 +54,7 @@ def test_onnx_checker_passes(models, dtype):
 @pytest.mark.parametrize("dtype", ["f32", "f16", "bf16"])
 def test_every_weight_is_stored_once_and_the_head_reads_the_embedding(models, tiny, dtype):
     graph = graph_of(models[dtype])
-    decoder = qwen2_decoder(tiny.config)
+    decoder = build_decoder(tiny.config)
     weights = {t.name: t for t in graph.initializer if not t.name.startswith(("const.", "rope."))}
     assert set(weights) == {w.name for w in decoder.all_weights()}
     assert sum(math.prod(t.dims) for t in weights.values()) == tiny.config.num_parameters
@@ -142,7 +142,7 @@ def test_weights_in_bf16_checkpoints_are_read_without_torch(tiny, tmp_path):
     ckpt = synthetic_checkpoint(tiny.id, tiny.config, "bfloat16", cache=tmp_path)
     tensors = load_weights(ckpt, "np")
     assert str(tensors["model.embed_tokens.weight"].dtype) == "bfloat16"
-    [path, _] = write_onnx(qwen2_decoder(tiny.config), ckpt, tmp_path / "out", CompileOptions("f32", 32, 1))
+    [path, _] = write_onnx(build_decoder(tiny.config), ckpt, tmp_path / "out", CompileOptions("f32", 32, 1))
     embed = onnx.numpy_helper.to_array(
         next(t for t in onnx.load(str(path)).graph.initializer if t.name == "embed.weight")
     )

@@ -19,7 +19,8 @@ from harness.registry import get_model
 from harness.workload import probe_ids, prompt_ids
 from linnet_core.emit_torch import RENDER, fuse_linears, import_generated, write
 from linnet_core.errors import UserError
-from linnet_core.graph import OpKind, qwen2_decoder
+from linnet_core.arch import build_decoder
+from linnet_core.graph import OpKind
 from linnet_core.targets import CompileOptions
 from runners.base import RunSpec
 
@@ -28,7 +29,7 @@ NEW = 16  # greedy tokens compared per sequence
 
 @pytest.fixture(scope="module")
 def module(tiny, tiny_checkpoint, tmp_path_factory):
-    [path] = write(qwen2_decoder(tiny.config), tiny_checkpoint, tmp_path_factory.mktemp("gen"), CompileOptions())
+    [path] = write(build_decoder(tiny.config), tiny_checkpoint, tmp_path_factory.mktemp("gen"), CompileOptions())
     return import_generated(path)
 
 
@@ -61,7 +62,7 @@ def test_every_op_kind_has_a_renderer():
 
 
 def test_linears_reading_one_value_are_fused(tiny):
-    decoder = qwen2_decoder(tiny.config)
+    decoder = build_decoder(tiny.config)
     shapes = {n: w.shape for n, w in decoder.weights_of_layer(0).items()}
     ops, fused = fuse_linears(decoder.block, shapes)
     linears = [op for op in ops if op.kind == "linear"]
@@ -175,7 +176,7 @@ def test_bad_use_is_refused(module, tiny_checkpoint, tmp_path):
 
 
 def test_write_refuses_a_checkpoint_of_another_model(tiny_checkpoint, tmp_path):
-    big = qwen2_decoder(get_model("qwen2.5-0.5b").config)
+    big = build_decoder(get_model("qwen2.5-0.5b").config)
     with pytest.raises(UserError, match="has shape"):
         write(big, tiny_checkpoint, tmp_path, CompileOptions())
     assert not list(tmp_path.iterdir())

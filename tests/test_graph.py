@@ -4,13 +4,13 @@ import pytest
 
 from harness.registry import MODELS
 from linnet_core.checkpoint import tensor_shapes
-from linnet_core.graph import qwen2_decoder
+from linnet_core.arch import build_decoder
 
 
 @pytest.mark.parametrize("model", list(MODELS))
 def test_weights_are_the_checkpoints_exactly_once(model):
     config = MODELS[model].config
-    decoder = qwen2_decoder(config)
+    decoder = build_decoder(config)
     hf = {w.hf_name: w.shape for w in decoder.all_weights()}
     assert hf == tensor_shapes(config)  # a tied head is not a second tensor
     assert len(decoder.all_weights()) == len(hf)
@@ -18,7 +18,7 @@ def test_weights_are_the_checkpoints_exactly_once(model):
 
 
 def test_every_op_reads_defined_values_and_known_weights(tiny):
-    decoder = qwen2_decoder(tiny.config)
+    decoder = build_decoder(tiny.config)
     block_names = set(decoder.weights_of_layer(0))
     global_names = {w.name for w in decoder.global_weights}
     defined = {"tokens", "positions"}

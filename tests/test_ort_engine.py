@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from linnet_core.emit_onnx import write_onnx
-from linnet_core.graph import qwen2_decoder
+from linnet_core.arch import build_decoder
 from linnet_core.ort_engine import OrtEngine, SessionSettings, why_unavailable
 from linnet_core.targets import CompileOptions
 
@@ -20,7 +20,7 @@ STEPS = 12
 def model_paths(tiny, tiny_checkpoint, tmp_path_factory):
     """rows -> an f32 model.onnx over that many rows of 64 positions."""
     out = tmp_path_factory.mktemp("engine")
-    decoder = qwen2_decoder(tiny.config)
+    decoder = build_decoder(tiny.config)
     return {
         rows: write_onnx(decoder, tiny_checkpoint, out / str(rows), CompileOptions("f32", 64, rows))[0]
         for rows in (1, 3)

@@ -1,4 +1,4 @@
-"""Each linnet.serve backend on qwen2-tiny (CPU, f32): the engine it makes keeps the contract with the optional
+"""Each linnet.serve backend on qwen2-tiny, and each other architecture's twin on one backend (CPU, f32): the engine it makes keeps the contract with the optional
 logits methods, chunked prefill included, against the tests' reference engine; and a request served by it
 through the engine loop gets the tokens transformers generates for it alone."""
 
@@ -17,18 +17,34 @@ from tests.test_serve_engine import prompts, run_to_end, single_request_tokens
 ROWS, POSITIONS = 4, 64
 
 
-@pytest.fixture(scope="module", params=sorted(BACKENDS))
-def built(request, tiny_checkpoint, tmp_path_factory):
-    reason = unavailable(request.param)
-    if reason:
-        pytest.skip(reason)
-    spec = EngineSpec(tiny_checkpoint, ROWS, POSITIONS, work_dir=tmp_path_factory.mktemp(request.param))
-    return request.param, make_engine(request.param, spec)
+# (backend, model): every backend on qwen2-tiny; every other architecture on one backend, every backend on one
+CASES = [*((b, "qwen2-tiny") for b in sorted(BACKENDS)), ("torch", "gemma3-tiny"), ("ort", "llama-tiny"),
+         ("xla", "qwen3-tiny")]  # fmt: skip
+
+
+@pytest.fixture(scope="module", params=CASES, ids=["-".join(c) for c in CASES])
+def case(request, private_cache):
+    from linnet_core.checkpoint import synthetic_checkpoint
+    from linnet_core.models import get_model
+
+    backend, model = request.param
+    entry = get_model(model)
+    return backend, synthetic_checkpoint(entry.id, entry.config, entry.checkpoint_dtype)
 
 
 @pytest.fixture(scope="module")
-def reference(tiny_checkpoint):
-    return ReferenceEngine(tiny_checkpoint, ROWS, POSITIONS)
+def built(case, tmp_path_factory):
+    backend, checkpoint = case
+    reason = unavailable(backend)
+    if reason:
+        pytest.skip(reason)
+    spec = EngineSpec(checkpoint, ROWS, POSITIONS, work_dir=tmp_path_factory.mktemp(backend))
+    return backend, make_engine(backend, spec)
+
+
+@pytest.fixture(scope="module")
+def reference(case):
+    return ReferenceEngine(case[1], ROWS, POSITIONS)
 
 
 def test_the_engine_keeps_the_contract_with_logits(built, reference):
@@ -45,7 +61,8 @@ def test_the_engine_keeps_the_contract_with_logits(built, reference):
     assert list(engine.step()[1:3]) == list(reference.step()[1:3])  # the argmax became their last tokens
 
 
-def test_a_served_request_gets_its_single_request_tokens(built, tiny_checkpoint):
+def test_a_served_request_gets_its_single_request_tokens(built, case):
+    tiny_checkpoint = case[1]
     name, b = built
     serve = ServeEngine(b.engine, ServeConfig(rows=ROWS, max_positions=POSITIONS, prefill_chunk=16, prefill_budget=32), 1001, name)
     requests = [Request(p, SamplingParams(max_tokens=8, ignore_eos=True)) for p in prompts(6, seed=11, low=10, high=40)]

@@ -358,6 +358,7 @@ def test_the_index_lists_every_model_with_its_latest_run(tmp_path):
     assert "NVIDIA H100 80GB HBM3" in big and "fastest decode: 1,055 tok/s Linnet, XLA (generated JAX)" in big
     assert "vs vLLM, behind Triton: 11× faster" in big
     tiny = entries["Qwen2 tiny qwen2-tiny"]
+    assert "Architecture: Qwen2ForCausalLM" in big and "Architecture: Qwen2ForCausalLM" in tiny
     assert "2026-12-02 10:00 UTC" in tiny and "2026-12-01" not in tiny  # the latest run only
     assert "fastest decode: 200 tok/s transformers, compiled" in tiny
     hrefs = [a.attrs["href"] for a in index.find_all("a")]
@@ -602,6 +603,7 @@ def test_the_pages_draw_every_chart_offline_in_chromium(tmp_path):
                     assert page.locator("span.flag").count() == 1 and page.locator(".card .interval").count() == 1
                 elif path.stem == "qwen2-tiny":
                     assert page.locator("div.chart[id^='history-']").count() == 2  # decode speed, time to first token
+                    page.locator("#chart-0-ttft_ms").scroll_into_view_if_needed()  # the mouse hovers inside the window
                     box = page.locator("#chart-0-ttft_ms g.trace.bars .point path").first.bounding_box()
                     page.mouse.move(
                         box["x"] + box["width"] / 2, box["y"] + box["height"] / 2

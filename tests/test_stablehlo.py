@@ -16,7 +16,7 @@ from harness.results import load_result
 from harness.workload import get_profile
 from linnet_core.emit_jax import import_module, write_module
 from linnet_core.errors import UserError
-from linnet_core.graph import qwen2_decoder
+from linnet_core.arch import build_decoder
 from linnet_core.stablehlo_engine import read_manifest
 from runners import RUNNERS
 
@@ -39,7 +39,7 @@ def test_the_manifest_describes_the_calling_convention(artefacts, tiny):
     assert sorted(p.name for p in artefacts.iterdir()) == ["decode_step.jaxexport", "decode_steps.jaxexport", "manifest.json", "prefill.jaxexport"]
     assert manifest["rows"] == ROWS and manifest["max_positions"] == POSITIONS and manifest["platforms"] == ["cpu", "cuda"]
     hf_names = [hf for w in manifest["weights"] for hf in w["hf_names"]]
-    assert sorted(hf_names) == sorted(w.hf_name for w in qwen2_decoder(tiny.config).all_weights())  # each once
+    assert sorted(hf_names) == sorted(w.hf_name for w in build_decoder(tiny.config).all_weights())  # each once
     assert manifest["cache"]["layers"] == tiny.config.num_hidden_layers
 
 
@@ -83,7 +83,7 @@ def test_a_fresh_process_runs_the_artefacts_without_model_code(artefacts, tiny, 
     result = json.loads(done.stdout.strip().splitlines()[-1])
     assert result["in_place"] and result["model_code"] == []
     # The same tokens as the generated JAX module, one row at a time.
-    module = import_module(write_module(qwen2_decoder(tiny.config), tmp_path), "linnet_reference_jax")
+    module = import_module(write_module(build_decoder(tiny.config), tmp_path), "linnet_reference_jax")
     weights = module.load_weights(tiny_checkpoint)
     for row, prompt in PROMPTS.items():
         engine = module.Engine(weights, rows=1, max_positions=POSITIONS)

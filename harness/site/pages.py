@@ -114,6 +114,7 @@ class IndexEntry:
     description: str
     facts: tuple[str, ...]
     runs: tuple[IndexRun, ...]
+    architecture: str = "not in the registry"  # the transformers class of its architecture, e.g. LlamaForCausalLM
 
 
 def data_file(run: LoadedRun) -> str:
@@ -286,7 +287,8 @@ def index_entry(model: ModelRuns, page: ModelPage) -> IndexEntry:
                          for card in CARDS if (c := headline(card, result.rows)))  # fmt: skip
         runs.append(IndexRun(setup_runs[-1].machine, numbers.when(result.created_at), setup_line(result), tuple(figures), verdicts,
                              f"{page.file}#{run_anchor(result)}"))  # fmt: skip
-    return IndexEntry(page.title, model.model, page.file, page.description, page.facts, tuple(runs))
+    architecture = model.entry.config.architecture.HF_CLASS if model.entry else IndexEntry.architecture
+    return IndexEntry(page.title, model.model, page.file, page.description, page.facts, tuple(runs), architecture)
 
 
 def accuracy_note(result: ResultFile) -> str:

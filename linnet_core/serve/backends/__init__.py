@@ -3,8 +3,8 @@
 backend is its module and one line in BACKENDS; `--backend module:function` names a function outside this table
 (the tests use it for a reference engine).
 
-The adapters also give each engine the contract's optional logits methods (engine.SamplingEngine) from what
-the engine already computes, so temperature / top-p requests run on every backend."""
+Every Linnet engine keeps the contract's optional logits methods (engine.SamplingEngine) itself, so temperature /
+top-p requests run on every backend, and an adapter only builds the engine."""
 
 from __future__ import annotations
 

@@ -3,35 +3,13 @@
 
 from __future__ import annotations
 
-from typing import Sequence
-
-import numpy as np
-
+from linnet_core.arch import build_decoder
 from linnet_core.checkpoint import read_config
 from linnet_core.emit_onnx import write_onnx
 from linnet_core.errors import UserError
-from linnet_core.graph import qwen2_decoder
 from linnet_core.ort_engine import PROVIDER_LABELS, OrtEngine, SessionSettings, why_unavailable
 from linnet_core.serve.backends import Built, EngineSpec
 from linnet_core.targets import CompileOptions
-
-
-class OrtServing:
-    """OrtEngine with the contract's logits methods. Its decode step writes the logits [rows, vocab] into a
-    buffer anyway (only the token ids are read back by step()); step_logits feeds chosen tokens first."""
-
-    def __init__(self, engine: OrtEngine):
-        self.engine, self.rows, self.max_positions = engine, engine.rows, engine.max_positions
-        self.prefill, self.step, self.score = engine.prefill, engine.step, engine.score
-
-    def prefill_logits(self, row: int, tokens: Sequence[int], start: int = 0) -> np.ndarray:
-        return self.engine.prefill_with_logits(row, tokens, start)[1]
-
-    def step_logits(self, tokens: np.ndarray) -> np.ndarray:
-        # every row's next input token at once: the current (parity) token buffer, int64 [rows, 1]
-        self.engine.tokens[self.engine.parity].write(np.asarray(tokens, dtype=np.int64).reshape(self.rows, 1))
-        self.engine.step()
-        return self.engine.logits.read().astype(np.float32, copy=True)
 
 
 def make(spec: EngineSpec) -> Built:
@@ -39,7 +17,7 @@ def make(spec: EngineSpec) -> Built:
     reason = why_unavailable(provider, spec.dtype)
     if reason:
         raise UserError(reason)
-    decoder = qwen2_decoder(read_config(spec.checkpoint))
+    decoder = build_decoder(read_config(spec.checkpoint))
     options = CompileOptions(dtype=spec.dtype, max_positions=spec.max_positions, batch=spec.rows, quant=spec.quant)
     model = write_onnx(decoder, spec.checkpoint, spec.work("onnx"), options)[0]
     threads = spec.cpu_threads if provider == "cpu" else 0
@@ -50,4 +28,4 @@ def make(spec: EngineSpec) -> Built:
         notes.append(f"{threads} intra-op thread(s)")
     if engine.use_cuda_graphs:
         notes.append("decode steps replayed as CUDA graphs")
-    return Built(OrtServing(engine), notes)
+    return Built(engine, notes)

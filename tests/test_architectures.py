@@ -1,0 +1,307 @@
+"""Architectures (linnet_core/arch): each registry model's config is transformers' own, its tensor layout is the
+one transformers builds, every Linnet row on each tiny twin matches transformers eager in f32 through the real
+harness, and a local checkpoint directory runs with no registry entry, its hostile variants refused in one line."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from harness.check import tolerance
+from harness.results import load_result
+from linnet_core import checkpoint
+from linnet_core.arch import ARCHITECTURES, architecture, build_decoder
+from linnet_core.config import ModelConfig
+from linnet_core.errors import UserError
+from linnet_core.models import MODELS, get_model, local_entry
+from linnet_core.rope import inverse_frequencies
+from runners import RUNNERS
+
+TWINS = ("llama-tiny", "qwen3-tiny", "gemma3-tiny")  # qwen2-tiny's rows are the other test files' subject
+# Every single-request row that runs on a CPU; the serving rows' engines are test_serve_backends' subject.
+ROWS = ["linnet-torch", "linnet-inductor", "linnet-jax", "linnet-stablehlo", "linnet-ort-f32", "linnet-ort-f16",
+        "llamacpp-linnet-gguf", "kerashub", "transformers-compiled"]  # fmt: skip
+SLOW_ROWS = {"linnet-inductor": ("qwen3-tiny",), "transformers-compiled": ("llama-tiny",)}  # compiles: one twin each
+PEERS = {"kerashub", "transformers-compiled"}
+MAY_SKIP = {"kerashub", "llamacpp-linnet-gguf"}  # may lack the architecture (the reason says so)
+
+
+@pytest.mark.parametrize("model", list(MODELS))
+def test_the_config_reads_as_transformers_reads_it(model):
+    from transformers import AutoConfig
+
+    config = MODELS[model].config
+    hf = AutoConfig.for_model(**config.to_hf())
+    assert type(hf).__name__.removesuffix("TextConfig").removesuffix("Config") == config.architecture.HF_CLASS.removesuffix("ForCausalLM")
+    assert ModelConfig.from_hf(hf.to_dict()) == config
+    assert hf.head_dim == config.head_dim if hasattr(hf, "head_dim") and hf.head_dim else True
+
+
+@pytest.mark.parametrize("model", list(MODELS))
+def test_the_tensor_layout_is_the_one_transformers_builds(model):
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    config = MODELS[model].config
+    with torch.device("meta"):
+        hf_model = AutoModelForCausalLM.from_config(AutoConfig.for_model(**config.to_hf()))
+    assert type(hf_model).__name__ == config.architecture.HF_CLASS
+    shapes = {k: tuple(v.shape) for k, v in hf_model.state_dict().items()}
+    if config.tie_word_embeddings:
+        shapes.pop("lm_head.weight")
+    assert shapes == checkpoint.tensor_shapes(config)
+    assert sum(p.numel() for p in hf_model.parameters()) == config.num_parameters  # tied: counted once by torch too
+
+
+def test_each_architecture_module_holds_what_the_lookup_needs():
+    for model_type in ARCHITECTURES:
+        arch = architecture(model_type)
+        assert arch.MODEL_TYPE == model_type and arch.HF_CLASS.endswith("ForCausalLM")
+        assert callable(arch.build) and callable(arch.check) and callable(arch.hf_extras)
+
+
+def test_llama3_rope_scaling_matches_transformers():
+    from transformers import LlamaConfig
+    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+
+    config = get_model("llama-3.2-1b-instruct").config
+    hf = LlamaConfig(**config.to_hf())
+    want = ROPE_INIT_FUNCTIONS["llama3"](hf, "cpu")[0].numpy()
+    got = inverse_frequencies(config.head_dim, config.rope_theta, config.rope_scaling)
+    assert abs(got - want).max() <= 1e-6 * abs(want).max()
+    assert (got < inverse_frequencies(config.head_dim, config.rope_theta)).any()  # the scaling changes something
+
+
+@pytest.mark.parametrize("model", TWINS)
+def test_the_twin_has_its_architecture(model):
+    entry = get_model(model)
+    ops = {op.kind for op in build_decoder(entry.config).block}
+    names = {w.name for w in build_decoder(entry.config).all_weights()}
+    if model == "llama-tiny":
+        assert entry.config.rope_scaling["rope_type"] == "llama3" and "lm_head.weight" in names
+        assert not any(n.endswith(".bias") for n in names)
+    else:
+        assert "head_norm" in ops and entry.config.head_dim * entry.config.num_attention_heads != entry.config.hidden_size
+    if model == "gemma3-tiny":  # both kinds of layer, each with its own window and RoPE base
+        decoder = build_decoder(entry.config)
+        attention = [next(op for op in ops if op.kind == "attention").attrs for ops in decoder.blocks()]
+        assert [a.get("window") for a in attention] == [8, None] and decoder.variant_of_layer() == (0, 0, 0, 0, 0, 1)
+        assert "gelu_mul" in ops and decoder.prologue[0].attrs["scale"] == 8.0
+
+
+def in_process(entry, runner_id, tmp_path_factory):
+    """`runner_id`'s Runner for `entry`'s synthetic checkpoint under the quick profile, loaded in this process
+    (the harness runs each in a child; the same calls, without a process per row)."""
+    import importlib
+
+    from tests.exports_helpers import run_spec
+
+    ckpt = checkpoint.synthetic_checkpoint(entry.id, entry.config, entry.checkpoint_dtype)
+    spec = run_spec(entry, runner_id, ckpt, tmp_path_factory.mktemp(runner_id))
+    runner_class = importlib.import_module(RUNNERS[runner_id].module).Runner
+    reason = runner_class.unavailable(spec)
+    if reason is not None:
+        return spec, reason
+    runner = runner_class(spec)
+    # The StableHLO row asserts its process imported no model code; this test process has, so hide it meanwhile.
+    hidden = {m: sys.modules.pop(m) for m in getattr(importlib.import_module(RUNNERS[runner_id].module), "MODEL_CODE", ())
+              if m in sys.modules}  # fmt: skip
+    try:
+        runner.load()
+    finally:
+        sys.modules.update(hidden)
+    return spec, runner
+
+
+@pytest.fixture(scope="module")
+def references(tmp_path_factory):
+    """transformers eager on each twin: its greedy tokens and its logits on the probe."""
+    out = {}
+    for model in TWINS:
+        spec, runner = in_process(get_model(model), "transformers", tmp_path_factory)
+        out[model] = greedy(runner, spec), runner.score(spec.probe, spec.probe_prefill)
+    return out
+
+
+def greedy(runner, spec) -> list[int]:
+    return [runner.prefill(spec.prompt), *runner.decode(spec.new_tokens - 1)]
+
+
+@pytest.mark.parametrize("row", ROWS)
+@pytest.mark.parametrize("model", TWINS)
+def test_every_linnet_row_matches_transformers_on_each_twin(model, row, references, tmp_path_factory):
+    """f32: the row's logits through the cache path within the depth-scaled tolerance, its greedy tokens equal."""
+    if row in SLOW_ROWS and model not in SLOW_ROWS[row]:
+        pytest.skip(f"{row} runs on {', '.join(SLOW_ROWS[row])} only (its compile is slow)")
+    spec, runner = in_process(get_model(model), row, tmp_path_factory)
+    if isinstance(runner, str):  # unavailable: a reason, said in one line
+        assert row in MAY_SKIP and "\n" not in runner, runner
+        pytest.skip(runner)
+    tokens, logits = references[model]
+    if not row.endswith("-f16"):  # f16 rounding may flip a near tie; its distance is bounded below
+        assert greedy(runner, spec) == tokens
+    if row in PEERS:
+        return  # a peer is measured against transformers, not held to Linnet's bound
+    distance = float(abs(runner.score(spec.probe, spec.probe_prefill) - logits).max())
+    assert distance <= tolerance(row, "f32", model), distance
+    runner.close()
+
+
+def test_the_gguf_is_written_for_the_architecture(tmp_path):
+    import gguf
+
+    from linnet_core import gguf as linnet_gguf
+
+    for model, arch, rope_freqs in (("llama-tiny", "llama", True), ("qwen3-tiny", "qwen3", False),
+                                    ("gemma3-tiny", "gemma3", False)):  # fmt: skip
+        entry = get_model(model)
+        source = checkpoint.synthetic_checkpoint(entry.id, entry.config, entry.checkpoint_dtype)
+        reader = gguf.GGUFReader(linnet_gguf.export(source, tmp_path / f"{model}.gguf"))
+        assert reader.fields["general.architecture"].contents() == arch
+        names = {t.name for t in reader.tensors}
+        assert ("rope_freqs.weight" in names) == rope_freqs
+        assert ("blk.0.attn_q_norm.weight" in names) == (arch in ("qwen3", "gemma3"))
+        assert ("output.weight" in names) == (not entry.config.tie_word_embeddings)
+
+
+# ---- any local checkpoint ----------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def local_checkpoint(tmp_path, private_cache):
+    """A copy of qwen3-tiny's synthetic checkpoint under a name no registry entry has."""
+    entry = get_model("qwen3-tiny")
+    source = checkpoint.synthetic_checkpoint(entry.id, entry.config, entry.checkpoint_dtype)
+    target = tmp_path / "My-Qwen3-Model"
+    shutil.copytree(source, target)
+    return target
+
+
+def test_a_local_checkpoint_needs_no_registry_entry(local_checkpoint):
+    entry = get_model(str(local_checkpoint))
+    assert (entry.id, entry.config, entry.local_path) == ("my-qwen3-model", get_model("qwen3-tiny").config, local_checkpoint)
+    config = json.loads((local_checkpoint / "config.json").read_text())
+    (local_checkpoint / "config.json").write_text(json.dumps({**config, "_name_or_path": "Org/Some-Model-1B"}))
+    entry = local_entry(local_checkpoint)
+    assert entry.id == "some-model-1b" and entry.links == {"Hugging Face": "https://huggingface.co/Org/Some-Model-1B"}
+
+
+def test_linnet_bench_runs_a_local_checkpoint(local_checkpoint, tmp_path):
+    out = subprocess.run([sys.executable, "-m", "harness.cli", "run", str(local_checkpoint), "--runner", "transformers",
+                          "--runner", "linnet-torch", "--profile", "quick", "--out", str(tmp_path / "results")],
+                         capture_output=True, text=True, timeout=600)  # fmt: skip
+    assert out.returncode == 0, out.stdout + out.stderr
+    [path] = (tmp_path / "results" / "my-qwen3-model").glob("*.json")
+    result = load_result(path)
+    assert result.weights == str(local_checkpoint)
+    rows = {r.runner: r for r in result.rows}
+    assert rows["linnet-torch"].status == "ok" and rows["linnet-torch"].distance <= 1e-4
+
+
+def test_linnet_compiles_and_exports_a_local_checkpoint(local_checkpoint, tmp_path):
+    for args in (["compile", str(local_checkpoint), "--target", "onnx", "--out", str(tmp_path / "onnx")],
+                 ["export", "gguf", str(local_checkpoint), str(tmp_path / "m.gguf")]):  # fmt: skip
+        out = subprocess.run([sys.executable, "-m", "linnet_core.cli", *args], capture_output=True, text=True, timeout=300)
+        assert out.returncode == 0, out.stdout + out.stderr
+    assert (tmp_path / "onnx" / "model.onnx").is_file() and (tmp_path / "m.gguf").is_file()
+
+
+def edit_config(path, **changes):
+    config = json.loads((path / "config.json").read_text())
+    config.update(changes)
+    (path / "config.json").write_text(json.dumps({k: v for k, v in config.items() if v is not None}))
+
+
+@pytest.mark.parametrize(
+    "damage, message",
+    [
+        (lambda p: (p / "config.json").unlink(), "no config.json"),
+        (lambda p: (p / "config.json").write_text("{not json"), "not valid JSON"),
+        (lambda p: (p / "config.json").write_text("[1, 2]"), "holds a list, not an object"),
+        (lambda p: edit_config(p, model_type="mamba"),
+         "architecture 'mamba' is not supported; Linnet supports qwen2, llama, qwen3, gemma3_text"),
+        (lambda p: edit_config(p, model_type=None, architectures=["GPT2LMHeadModel"]), "names no model_type"),
+        (lambda p: edit_config(p, hidden_size=96), "has shape"),
+        (lambda p: edit_config(p, head_dim=16), "has shape"),
+        (lambda p: edit_config(p, num_hidden_layers=3), "checkpoint lacks tensor model.layers.2."),
+        (lambda p: edit_config(p, num_hidden_layers=1), "checkpoint has tensor model.layers.1."),
+        (lambda p: edit_config(p, attention_bias=True), "checkpoint lacks tensor model.layers.0.self_attn.q_proj.bias"),
+        (lambda p: edit_config(p, num_attention_heads=3), "not a multiple of num_key_value_heads"),
+        (lambda p: edit_config(p, hidden_size=-64), "hidden_size must be a positive integer"),
+        (lambda p: edit_config(p, rope_theta=float("nan")), "rope_theta must be a finite number"),
+        (lambda p: edit_config(p, rope_scaling={"rope_type": "yarn", "factor": 4.0}), "rope_scaling of type 'yarn'"),
+        (lambda p: edit_config(p, rope_scaling={"rope_type": "llama3", "factor": "x"}), "needs a positive number factor"),
+        (lambda p: edit_config(p, use_sliding_window=True), "use_sliding_window is not supported"),
+        (lambda p: [f.unlink() for f in p.glob("*.safetensors")], "no .safetensors files"),
+    ],
+)
+def test_a_hostile_local_checkpoint_is_one_line(local_checkpoint, damage, message):
+    damage(local_checkpoint)
+    with pytest.raises(UserError) as e:
+        get_model(str(local_checkpoint))
+    assert message in str(e.value) and "\n" not in str(e.value)
+
+
+def test_the_cli_says_an_unsupported_architecture_in_one_line(local_checkpoint):
+    edit_config(local_checkpoint, model_type="gpt2")
+    out = subprocess.run([sys.executable, "-m", "harness.cli", "run", str(local_checkpoint)], capture_output=True,
+                         text=True, timeout=120)  # fmt: skip
+    assert out.returncode == 1
+    assert "architecture 'gpt2' is not supported; Linnet supports qwen2, llama, qwen3, gemma3_text" in out.stdout + out.stderr
+    assert "Traceback" not in out.stdout + out.stderr
+
+
+def test_a_missing_directory_is_one_line(tmp_path):
+    with pytest.raises(UserError, match="no such checkpoint directory"):
+        get_model(str(tmp_path / "nothing-here"))
+
+
+@pytest.mark.parametrize(
+    "changes, message",
+    [
+        ({"final_logit_softcapping": 30.0}, "final_logit_softcapping is not supported"),
+        ({"use_bidirectional_attention": True}, "use_bidirectional_attention is not supported"),
+        ({"hidden_activation": "relu"}, "hidden activation 'relu' is not supported"),
+        ({"layer_types": ["full_attention"]}, "layer_types must name 6 layers"),
+        ({"layer_types": ["sliding_attention", "local", *["full_attention"] * 4]}, "layer_types must name"),
+        ({"sliding_window": 0}, "need a positive integer sliding_window"),
+        ({"rope_parameters": {"full_attention": {"rope_type": "linear", "factor": 8.0}}}, "scaled RoPE is not supported"),
+    ],
+)
+def test_a_gemma3_config_linnet_cannot_compute_is_refused(changes, message):
+    hf = {**get_model("gemma3-tiny").config.to_hf(), **changes}
+    with pytest.raises(ValueError, match=message):
+        ModelConfig.from_hf(hf)
+
+
+def test_gemma3_configs_without_layer_types_follow_the_sliding_window_pattern():
+    hf = get_model("gemma-3-270m-it").config.to_hf()
+    del hf["layer_types"]
+    assert ModelConfig.from_hf(hf) == get_model("gemma-3-270m-it").config  # every sixth layer global
+    assert ModelConfig.from_hf({**hf, "sliding_window_pattern": 2}).layer_types[:2] == ("sliding_attention", "full_attention")
+
+
+def test_gemma3_layouts_the_twin_does_not_cover_match_transformers(tmp_path, private_cache):
+    """Alternating layers and a query_pre_attn_scalar unlike head_dim: every emitter takes them from the config."""
+    import dataclasses
+
+    from transformers import AutoModelForCausalLM
+
+    from harness.workload import probe_ids
+    from linnet_core.emit_torch import load_engine
+    from linnet_core.targets import CompileOptions
+
+    base = get_model("gemma3-tiny").config
+    config = dataclasses.replace(base, num_hidden_layers=4, query_pre_attn_scalar=24,
+                                 layer_types=("sliding_attention", "full_attention") * 2)  # fmt: skip
+    ckpt = checkpoint.synthetic_checkpoint("gemma3-variant", config, "float32")
+    probe = probe_ids(1000, 0)
+    reference = AutoModelForCausalLM.from_pretrained(ckpt, dtype=torch.float32, attn_implementation="eager")
+    with torch.no_grad():
+        want = reference(torch.tensor([probe])).logits[0, 23:].numpy()
+    engine = load_engine(build_decoder(config), ckpt, tmp_path, CompileOptions("f32", 64, 1))
+    assert abs(engine.score(probe, 24) - want).max() <= 2e-4

@@ -639,9 +639,13 @@ def test_quantized_rows_get_their_quantizations_bound():
 
 
 def test_a_quantized_row_far_from_the_reference_still_fails(tmp_path):
-    base = run(row(REFERENCE), row("llamacpp-linnet-gguf-q8_0", distance=1.0))
-    cand = run(row(REFERENCE), row("llamacpp-linnet-gguf-q8_0", distance=10.0))
-    assert regressions(compare(tmp_path, cand, base)) == {("llamacpp-linnet-gguf-q8_0", "distance")}
+    """8-bit rows are judged by their accuracy, not their distance: a far one fails on KL and top-1 agreement."""
+    base = run(accurate(row(REFERENCE)), accurate(row("llamacpp-linnet-gguf-q8_0", distance=2.5), kl_mean=0.02,
+                                                  kl_p99=0.1, top1_agree=0.9))  # fmt: skip
+    cand = run(accurate(row(REFERENCE)), accurate(row("llamacpp-linnet-gguf-q8_0", distance=10.0), kl_mean=1.5,
+                                                  kl_p99=4.0, top1_agree=0.4), run_id="r2")  # fmt: skip
+    assert compare(tmp_path, base.model_copy(update={"run_id": "r3"}), base).passed  # 2.5 from it, yet accurate
+    assert regressions(compare(tmp_path, cand, base)) == {("llamacpp-linnet-gguf-q8_0", "accuracy")}
 
 
 BROKEN_FILES = {

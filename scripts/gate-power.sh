@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # How good is the gate? Runs .ci/gate REPEATS times on unchanged code (baseline and candidate both HEAD) and REPEATS
 # times on HEAD with a planted 15% slowdown of linnet-torch's decode (every decode call sleeps 17.6% of its own time,
-# so decode tok/s is 1/1.176 = 0.85 of the truth), and writes what happened to results/gate-power/<time>.json.
+# so decode tok/s is 1/1.176 = 0.85 of the truth), and writes what happened to results/gate-power/<time>.txt
+# (JSON text; not .json, which `site` and `check` would read as a bench result file).
 #   scripts/gate-power.sh TRIALS RUNNER...       (`make gate-power`; GATE_POWER_REPEATS, default 20)
 # Targets (issue 13): the planted slowdown caught in at least 19 of 20 gates, unchanged code passing 19 of 20.
 set -euo pipefail
@@ -28,7 +29,7 @@ class Runner(_Measured):  # planted by scripts/gate-power.sh: decode 15% slower
         _time.sleep((_time.perf_counter() - start) * (1 / 0.85 - 1))
         return out
 PLANT
-out=results/gate-power/$(date -u +%Y%m%dT%H%M%SZ).json
+out=results/gate-power/$(date -u +%Y%m%dT%H%M%SZ).txt
 mkdir -p "$(dirname "$out")" "$tmp/runs"
 for i in $(seq "$repeats"); do
     for kind in same slow; do

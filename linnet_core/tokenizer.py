@@ -63,7 +63,11 @@ def train(config: ModelConfig):
     from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 
     specials = special_ids(config)
-    ordinary = min(min(specials.values()), MAX_ORDINARY)
+    alphabet = pre_tokenizers.ByteLevel.alphabet()
+    # Qwen-style vocabularies keep their specials at the top: the ordinary tokens take the ids below them. Llama- and
+    # Gemma-style ones keep them at the bottom (bos 1, eos 2): the ordinary tokens then take the ids above them.
+    offset = max(specials.values()) + 1 if min(specials.values()) < len(alphabet) else 0
+    ordinary = min(min(specials.values()) if offset == 0 else config.vocab_size - offset, MAX_ORDINARY)
     tokenizer = Tokenizer(models.BPE())
     tokenizer.normalizer = normalizers.NFC()  # as Qwen2's (transformers' Qwen2Tokenizer applies it anyway)
     tokenizer.pre_tokenizer = pre_tokenizers.Sequence([
@@ -71,7 +75,6 @@ def train(config: ModelConfig):
         pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
     ])  # fmt: skip
     tokenizer.decoder = decoders.ByteLevel()
-    alphabet = pre_tokenizers.ByteLevel.alphabet()
     if ordinary < len(alphabet):
         raise ValueError(f"a vocabulary of {config.vocab_size} leaves {ordinary} ids below the specials: a byte-level BPE needs {len(alphabet)}")
     trainer = trainers.BpeTrainer(vocab_size=ordinary, initial_alphabet=alphabet, show_progress=False)
@@ -79,6 +82,7 @@ def train(config: ModelConfig):
     # The specials go into the model's vocabulary at their ids (gaps allowed), then are marked special: the
     # `tokenizers` library would otherwise number added tokens right after the trained ones.
     data = json.loads(tokenizer.to_str())
+    data["model"]["vocab"] = {token: i + offset for token, i in data["model"]["vocab"].items()}  # merges name tokens, not ids
     data["model"]["vocab"].update(specials)
     data["added_tokens"] = [
         {"id": i, "content": token, "single_word": False, "lstrip": False, "rstrip": False, "normalized": False, "special": True}

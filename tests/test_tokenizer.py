@@ -49,7 +49,21 @@ def test_special_tokens_take_the_config_s_ids(model):
     config = MODELS[model].config
     ids = linnet_tokenizer.special_ids(config)
     assert ids["<|endoftext|>"] == config.bos_token_id and ids["<|im_end|>"] == config.eos_token_id
-    assert len(set(ids.values())) == 3 and all(MODELS[model].first_special_token <= i < config.vocab_size for i in ids.values())
+    assert len(set(ids.values())) == 3 and all(0 <= i < config.vocab_size for i in ids.values())
+    if MODELS[model].first_special_token < config.vocab_size:  # Qwen-style: the specials sit above the ordinary ids
+        assert all(MODELS[model].first_special_token <= i for i in ids.values())
+
+
+@pytest.mark.parametrize("model", ["smollm2-135m-instruct", "gemma-3-270m-it"])
+def test_a_vocabulary_with_its_specials_at_the_bottom_gets_its_ordinary_tokens_above_them(model):
+    config = MODELS[model].config
+    tokenizer = linnet_tokenizer.train(config)
+    specials = linnet_tokenizer.special_ids(config)
+    text = "Linnet compiles one description of a decoder-only transformer."
+    ids = tokenizer.encode(text).ids
+    assert ids and min(ids) > max(specials.values()) and max(ids) < config.vocab_size
+    assert tokenizer.decode(ids) == text
+    assert tokenizer.token_to_id("<|im_end|>") == config.eos_token_id
 
 
 def test_a_config_without_bos_or_eos_gets_the_top_ids():

@@ -169,8 +169,7 @@ def run_trials(settings: BenchSettings, result: ResultFile, path: Path, base_spe
             if done is None:
                 if info.id == REFERENCE:
                     reference.load(outcome, spec.work)
-                if reference.logits is not None and result.reference_distributions is None:
-                    result.reference_distributions = accuracy.distribution_shape(reference.logits)
+                result.reference_distributions = reference.shape
                 done = rows[info.id] = RowTrials(make_row(info, outcome, spec.work, reference))
                 result.rows.append(done.row)
             else:
@@ -225,6 +224,7 @@ class Reference:
 
     logits: np.ndarray | None = None
     tokens: list[int] | None = None
+    shape: dict | None = None  # how peaked its distributions are (accuracy.distribution_shape), for the result file
     failure: str | None = "the reference has not run"
 
     def load(self, outcome: launch.ChildOutcome, work: Path) -> None:
@@ -234,6 +234,7 @@ class Reference:
             return
         self.logits = np.load(work / "logits.npy")
         self.tokens = record["tokens"]
+        self.shape = accuracy.distribution_shape(self.logits)
         self.failure = None
 
 

@@ -243,6 +243,7 @@ class Driver:
             done = RowTrials(make_row(info, back.outcome, work, run.reference))
             done.row.node = back.node  # type: ignore[attr-defined]  # the Ray node that ran every trial of the row
             result, path = self.file_for(run, back.machine)
+            result.reference_distributions = run.reference.shape
             result.rows.append(done.row)
             order = [r.id for r in sorted(run.settings.runners, key=lambda r: r.id != REFERENCE)]  # as a local run
             result.rows.sort(key=lambda r: order.index(r.runner))

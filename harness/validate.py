@@ -10,6 +10,7 @@ are allowed: they only have to be finite and not negative."""
 from __future__ import annotations
 
 import math
+import re
 from typing import Any
 
 TEXT_METRICS = {"mem_kind"}  # metrics that are words, not figures ("host" or "gpu" memory)
@@ -106,9 +107,18 @@ HEADER_TYPES = {
 }  # fmt: skip
 
 
+# A model id names a page file (models/<model>.html) and a results folder, so it is a plain name: no slashes, no "..".
+MODEL_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,199}")
+LONGEST_HEADER_TEXT = 500
+
+
 def header_problem(data: dict) -> str | None:
     """The first known header field of the wrong type ("protocol.dtype is a list [], not a str"), or None. None
-    stands for "not recorded" everywhere; machine.versions may be anything (the site shows what it can)."""
+    stands for "not recorded" everywhere; machine.versions may be anything (the site shows what it can). Text fields
+    are one short line: they end up in one-line messages and on pages."""
+    model = data.get("model")
+    if isinstance(model, str) and not MODEL_ID.fullmatch(model):
+        return f"model is {describe(model)}, not a model id (letters, digits, '.', '_', '-')"
     for section, fields in HEADER_TYPES.items():
         values = data.get(section)
         if not isinstance(values, dict):
@@ -119,6 +129,8 @@ def header_problem(data: dict) -> str | None:
                 return f"{section}.{key} is {describe(value)}, not a {'string' if kind is str else 'whole number'}"
             if kind is int and value is not None and not 0 <= value < 2**63:
                 return f"{section}.{key} is {describe(value)}, out of range"
+            if kind is str and value is not None and (len(value) > LONGEST_HEADER_TEXT or not value.isprintable()):
+                return f"{section}.{key} is {describe(value)}, not one printable line of at most {LONGEST_HEADER_TEXT} characters"
     return None
 
 

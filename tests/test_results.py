@@ -40,6 +40,22 @@ def test_malformed_files_are_one_line_errors(tmp_path, text):
     assert "f.json" in str(e.value) and "\n" not in str(e.value)
 
 
+@pytest.mark.parametrize(
+    ("field", "value", "says"),
+    [(("protocol", "dtype"), "f32\n vs f16", "protocol.dtype"), (("machine", "cpu"), "x" * 10_000, "machine.cpu"),
+     (("model",), "../../etc/passwd", "not a model id"), (("model",), "qwen2\ntiny", "not a model id")],
+)  # fmt: skip
+def test_header_text_is_one_short_line_and_a_model_id_names_no_path(tmp_path, field, value, says):
+    data = json.loads(sample().model_dump_json())
+    where = data
+    for key in field[:-1]:
+        where = where[key]
+    where[field[-1]] = value
+    (tmp_path / "f.json").write_text(json.dumps(data))
+    with pytest.raises(UserError, match=f"malformed result file: .*{says}") as e:
+        load_result(tmp_path / "f.json")
+    assert "\n" not in str(e.value) and len(str(e.value)) < 300
+
 
 def test_version_1_files_still_load_without_samples(tmp_path):
     data = json.loads(sample().model_dump_json())

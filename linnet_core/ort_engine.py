@@ -294,6 +294,8 @@ class OrtEngine:
         self.tokens[self.parity].write(state)
 
     def score(self, tokens: Sequence[int], n_prefill: int) -> np.ndarray:
+        if len(tokens) > self.max_positions:  # the decode step would keep rewriting the last position
+            raise ValueError(f"cannot score {len(tokens)} tokens: the cache has {self.max_positions} positions")
         logits = self.prefill_with_logits(0, tokens[:n_prefill])[1]
         rows = [logits]
         for token in tokens[n_prefill:]:

@@ -71,6 +71,8 @@ class Engine:
         return np.asarray(ids)[:n]
 
     def score(self, tokens, n_prefill):
+        if len(tokens) > self.max_positions:  # the decode step would keep rewriting the last position
+            raise ValueError(f"cannot score {len(tokens)} tokens: the cache has {self.max_positions} positions")
         rows = [self.prefill_on_device(0, tokens[:n_prefill])[1]]
         for token in tokens[n_prefill:]:
             self.tokens = self.tokens.at[0].set(token)  # teacher forcing: row 0 consumes the given token

@@ -126,6 +126,8 @@ def test_bad_prefills_are_refused(module, tiny_checkpoint):
     for row, tokens, start in ((2, [1], 0), (0, [], 0), (0, [1] * 30, 3)):
         with pytest.raises(ValueError, match="does not fit 2 x 32"):
             engine.prefill(row, tokens, start)
+    with pytest.raises(ValueError, match="cannot score 33 tokens: the cache has 32 positions"):
+        engine.score(list(range(33)), 8)
 
 
 def test_the_jax_target_writes_an_importable_module(tmp_path, tiny_checkpoint):

@@ -89,6 +89,8 @@ def test_a_prefill_that_does_not_fit_is_refused(model_paths):
         engine.prefill(0, list(range(60)), start=10)
     with pytest.raises(ValueError, match="into row 1"):
         engine.prefill(1, [1, 2])
+    with pytest.raises(ValueError, match="cannot score 65 tokens: the cache has 64 positions"):
+        engine.score(list(range(65)), 8)
 
 
 def test_providers_are_asked_not_assumed():

@@ -10,7 +10,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from harness.validate import header_problem
+from harness.validate import MODEL_ID, header_problem, printable
 from linnet_core.errors import UserError
 
 SCHEMA_VERSION = 2
@@ -75,6 +75,12 @@ def write_result(result: ResultFile, path: Path) -> None:
         raise
 
 
+def model_named(data: dict) -> str:
+    """The file's model id for a message, or MODEL when it does not hold one."""
+    model = data.get("model")
+    return model if isinstance(model, str) and MODEL_ID.fullmatch(model) else "MODEL"
+
+
 def load_result(path: Path) -> ResultFile:
     """Reads one result file; a one-line error for a malformed file or a schema version this code does not know."""
     path = Path(path)
@@ -96,7 +102,7 @@ def load_result(path: Path) -> ResultFile:
     if version not in READABLE_VERSIONS:
         raise UserError(
             f"{path}: result schema version {repr(version)[:20]} is not known to this Linnet Bench (it reads versions "
-            f"{', '.join(map(str, READABLE_VERSIONS))}); re-run `linnet-bench run {str(data.get('model', 'MODEL'))[:100]}` "
+            f"{', '.join(map(str, READABLE_VERSIONS))}); re-run `linnet-bench run {model_named(data)}` "
             "or use a matching release"
         )
     if problem := header_problem(data):
@@ -105,8 +111,8 @@ def load_result(path: Path) -> ResultFile:
         return ResultFile.model_validate(data)
     except ValidationError as e:
         first = e.errors()[0]
-        where = ".".join(str(p) for p in first["loc"])[:200]
-        raise UserError(f"{path}: malformed result file: {where}: {first['msg'][:200]}") from None
+        where = printable(".".join(str(p) for p in first["loc"]))[:200]  # keys are the file's own text
+        raise UserError(f"{path}: malformed result file: {where}: {printable(first['msg'])[:200]}") from None
     except RecursionError:  # pydantic walking a field nested thousands deep
         raise UserError(f"{path}: not a result file (a field nested too deep)") from None
 

@@ -93,7 +93,7 @@ def invalid_figures(row: Any) -> list[str]:
     metrics = data.get("metrics")
     if not isinstance(metrics, dict):
         return [*problems, f"metrics is {describe(metrics)}, not a map"]
-    problems += [p for key, value in metrics.items() if (p := figure_problem(str(key), value))]
+    problems += [p for key, value in metrics.items() if (p := figure_problem(printable(str(key))[:100], value))]
     problems += [p for key in SAMPLE_FIELDS if key in data and (p := samples_problem(key, data[key]))]
     return problems
 
@@ -137,6 +137,11 @@ def header_problem(data: dict) -> str | None:
 def valid_metrics(metrics: dict) -> dict:
     """The metrics without their invalid figures: what a page may show and rank."""
     return {k: v for k, v in metrics.items() if figure_problem(str(k), v) is None}
+
+
+def printable(text: str) -> str:
+    """text on one line: line breaks and other control characters as escapes."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
 def describe(value: Any) -> str:

@@ -2,6 +2,7 @@ import json
 
 import pytest
 
+from harness.validate import invalid_figures
 from harness.results import SCHEMA_VERSION, ResultFile, Row, load_result, write_result
 from linnet_core.errors import UserError
 
@@ -55,6 +56,18 @@ def test_header_text_is_one_short_line_and_a_model_id_names_no_path(tmp_path, fi
     with pytest.raises(UserError, match=f"malformed result file: .*{says}") as e:
         load_result(tmp_path / "f.json")
     assert "\n" not in str(e.value) and len(str(e.value)) < 300
+
+
+def test_what_the_file_says_reaches_a_message_on_one_line(tmp_path):
+    data = json.loads(sample().model_dump_json())
+    (tmp_path / "v.json").write_text(json.dumps(data | {"schema_version": 99, "model": "qwen2\ntiny"}))
+    (tmp_path / "k.json").write_text(json.dumps(data | {"rows": [{"runner\n": 1}]}))
+    for name, says in (("v", "linnet-bench run MODEL"), ("k", "rows.0")):
+        with pytest.raises(UserError, match=says) as e:
+            load_result(tmp_path / f"{name}.json")
+        assert "\n" not in str(e.value), str(e.value)
+    figures = invalid_figures(sample().rows[0].model_dump() | {"metrics": {"a\nb": "fast"}})
+    assert figures == ["a\\nb is a str 'fast', not a finite number"]
 
 
 def test_version_1_files_still_load_without_samples(tmp_path):

@@ -414,7 +414,10 @@ def compare_row(runner: str, cand: Row | None, base: Row | None, bound: float,
         add("regression", "status", f"was ok, now {cand.status}: {first_line(cand.reason)}", label=cand.status)
     elif base.status != "ok" and cand.status == "ok":
         add("improvement", "status", f"was {base.status}, now ok")
-    if wrong:
+    if wrong and known_peer_gap(runner, cand, base, bound):
+        add("note", "distance", f"a peer's known gap: distance {cand.distance:.3g} is above its tolerance {bound:g}, "
+            f"as in the baseline ({base.distance:.3g})", baseline=base.distance, candidate=cand.distance)  # fmt: skip
+    elif wrong:
         add("regression", "distance", f"distance {cand.distance:.3g} is above its tolerance {bound:g}",
             baseline=base.distance, candidate=cand.distance)  # fmt: skip
     elif cand.status == "ok" and cand.distance is None and base.distance is not None:
@@ -423,6 +426,15 @@ def compare_row(runner: str, cand: Row | None, base: Row | None, bound: float,
     if inaccurate:
         add("regression", "accuracy", "accuracy: " + "; ".join(inaccurate), label="accuracy")
     return report
+
+
+def known_peer_gap(runner: str, cand: Row, base: Row, bound: float) -> bool:
+    """A peer stack (not Linnet's) that was already beyond its bound in the baseline and is no further now: a fact
+    about that stack (KerasHub's Llama 3 rope, say), shown but not a regression of this code. Linnet's rows, and
+    runners this code does not know, are always held to their bound."""
+    info = RUNNERS.get(runner)
+    return (info is not None and not info.ours and base.distance is not None and base.distance > bound
+            and cand.distance is not None and cand.distance <= 1.5 * base.distance)  # fmt: skip
 
 
 def first_line(text: str | None) -> str:

@@ -24,6 +24,11 @@ class RunnerInfo:
     def __post_init__(self):
         assert self.group in GROUPS, self.group
 
+    @property
+    def ours(self) -> bool:
+        """A row of Linnet's (its engines and its exports on other stacks), not a peer stack measured beside them."""
+        return "linnet" in self.id
+
 
 RUNNERS: dict[str, RunnerInfo] = {
     r.id: r

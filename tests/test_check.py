@@ -117,6 +117,19 @@ def test_a_planted_distance_of_one_on_an_f32_row_fails(tmp_path):
     assert "above its tolerance 0.0001" in report.findings("regression")[0].message
 
 
+def test_a_peers_gap_the_baseline_had_is_a_note_but_ours_and_a_new_gap_fail(tmp_path):
+    def gap(distance):
+        return [row(REFERENCE), row("kerashub", distance=distance), row("linnet-jax", distance=distance)]
+
+    report = compare(tmp_path, run(*gap(1.1e-3)), run(*gap(1.0e-3)))
+    assert regressions(report) == {("linnet-jax", "distance")}  # Linnet's own rows are always held to the bound
+    [note] = [f for f in report.findings("note") if f.runner == "kerashub"]
+    assert "a peer's known gap" in note.message and "as in the baseline (0.001)" in note.message
+    assert regressions(compare(tmp_path, run(*gap(1.1e-3)), run(*gap(5e-5)))) == {("kerashub", "distance"),
+                                                                                   ("linnet-jax", "distance")}
+    assert ("kerashub", "distance") in regressions(compare(tmp_path, run(*gap(0.1)), run(*gap(1.0e-3))))  # much worse
+
+
 def test_tolerances_follow_the_row_and_the_run_dtype():
     assert tolerance("transformers-compiled", "f32") == TOLERANCES["f32"] == 1e-4
     assert tolerance("linnet-ort-f16", "f32") == TOLERANCES["f16"]  # an f16 row in an f32 run: its own rounding

@@ -103,8 +103,16 @@ def new_result(settings: BenchSettings, weights: str, machine: dict, created_at:
                   "trials": trials_for("single", settings),
                   **({"serving_trials": trials_for("serving", settings)} if serving else {})},  # fmt: skip
         weights=weights,
+        architecture=architecture(settings.model.config),
         complete=False,
     )
+
+
+def architecture(config) -> dict:
+    """What the model is, as `check` and the page need it without the registry (a local checkpoint is not in it):
+    its depth sets the distance bounds of 32- and 16-bit rows."""
+    return {"model_type": config.model_type, "layers": config.num_hidden_layers, "hidden_size": config.hidden_size,
+            "parameters": config.num_parameters}  # fmt: skip
 
 
 def spec_fields(settings: BenchSettings, ckpt: Path) -> dict:

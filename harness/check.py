@@ -285,12 +285,15 @@ def machine_difference(a: ResultFile, b: ResultFile) -> str | None:
 # ---- comparing ------------------------------------------------------------------------------------------------------
 
 
-def tolerance(runner: str, dtype: str, model: str | None = None, quant: str | None = None) -> float:
+def tolerance(runner: str, dtype: str, model: str | None = None, quant: str | None = None,
+              layers: int | None = None) -> float:  # fmt: skip
     """A row's bound: its weights' quantization's (the row's `quant`, else the registry's for that runner id), else
     its own dtype's (from a -f16/-bf16/-f32 runner id, else the run's), or the reference's, the looser, since the
-    distance is to the reference run in the run's dtype; in f32 and f16, wider for a deep model."""
+    distance is to the reference run in the run's dtype; in f32 and f16, wider for a deep model (`layers`, else the
+    registry's for `model`, else none)."""
     entry = MODELS.get(model) if model else None
-    layers = entry.config.num_hidden_layers if entry else 0
+    if layers is None:
+        layers = entry.config.num_hidden_layers if entry else 0
     bounds = {**TOLERANCES, "f32": max(TOLERANCES["f32"], F32_PER_LAYER * layers),
               "f16": max(TOLERANCES["f16"], F16_PER_LAYER * layers)}  # fmt: skip
     f32 = bounds["f32"]
@@ -302,10 +305,16 @@ def tolerance(runner: str, dtype: str, model: str | None = None, quant: str | No
     return max(own, bounds.get(dtype, f32))
 
 
-def row_tolerance(row: Row | None, other: Row | None, dtype: str, model: str) -> float:
-    """tolerance() for a row given by one run or the other (the candidate's when both have it)."""
+def row_tolerance(row: Row | None, other: Row | None, run: ResultFile) -> float:
+    """tolerance() for a row given by one run or the other (the candidate's when both have it), in `run`."""
     given = row or other
-    return tolerance(given.runner, dtype, model, given.quant)
+    return tolerance(given.runner, run_dtype(run), run.model, given.quant, run_layers(run))
+
+
+def run_layers(run: ResultFile) -> int | None:
+    """The model's depth as the run recorded it (files from before it did: None, the registry says)."""
+    layers = (run.architecture or {}).get("layers")
+    return layers if isinstance(layers, int) and not isinstance(layers, bool) and 0 < layers < 10_000 else None
 
 
 def accuracy_bound(runner: str, quant: str | None, dtype: str) -> AccuracyBound:
@@ -351,7 +360,7 @@ def run_info(path: Path, run: ResultFile) -> RunInfo:
 
 
 def vanished_model(model: str, path: Path, run: ResultFile) -> Comparison:
-    rows = [compare_row(r.runner, None, r, row_tolerance(r, None, run_dtype(run), model)) for r in run.rows]
+    rows = [compare_row(r.runner, None, r, row_tolerance(r, None, run)) for r in run.rows]
     return Comparison(model, None, run_info(path, run), False, None, rows, [f"{model} has no run in the candidate"])
 
 
@@ -366,7 +375,7 @@ def compare_runs(cand_path: Path, cand: ResultFile, base_path: Path, base: Resul
     cand_rows, base_rows = {r.runner: r for r in cand.rows}, {r.runner: r for r in base.rows}
     refs = (reference_row(cand_rows), reference_row(base_rows)) if comparison.ratios else None
     for runner in [*base_rows, *(r for r in cand_rows if r not in base_rows)]:
-        bound = row_tolerance(cand_rows.get(runner), base_rows.get(runner), run_dtype(cand), cand.model)
+        bound = row_tolerance(cand_rows.get(runner), base_rows.get(runner), cand)
         accuracy = accuracy_bound(runner, getattr(cand_rows.get(runner), "quant", None), run_dtype(cand))
         row = compare_row(runner, cand_rows.get(runner), base_rows.get(runner), bound, accuracy)
         if row.baseline_status == row.candidate_status == "ok" and not any(f.subject == "figures" for f in row.findings):

@@ -104,6 +104,7 @@ HEADER_TYPES = {
     "workload": {"prompt_tokens": int, "new_tokens": int, "batch": int, "runs": int, "warmups": int, "seed": int,
                  "max_positions": int},
     "machine": {"cpu": str, "gpu": str, "driver": str, "cuda": str, "cpu_cores": int},
+    "architecture": {"model_type": str, "layers": int, "hidden_size": int, "parameters": int},
 }  # fmt: skip
 
 

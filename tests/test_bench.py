@@ -65,6 +65,7 @@ def test_the_result_file_records_the_run(transformers_run):
     assert r.protocol == {"profile": "quick", "dtype": "f32", "device": "cpu", "timeout_s": 600, "trials": 1}
     assert r.workload["prompt_tokens"] == 32 and r.workload["new_tokens"] == 8 and r.workload["runs"] == 2
     assert "torch" in r.machine["versions"] and "transformers" in r.machine["versions"] and r.machine["cpu"]
+    assert r.architecture == {"model_type": "qwen2", "layers": 2, "hidden_size": 64, "parameters": 164_416}
 
 
 def test_misbehaving_runners_become_rows_and_the_run_goes_on(tiny, tmp_path):

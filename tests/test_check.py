@@ -130,6 +130,19 @@ def test_a_peers_gap_the_baseline_had_is_a_note_but_ours_and_a_new_gap_fail(tmp_
     assert ("kerashub", "distance") in regressions(compare(tmp_path, run(*gap(0.1)), run(*gap(1.0e-3))))  # much worse
 
 
+def test_a_local_checkpoints_bound_grows_with_the_depth_its_run_recorded(tmp_path):
+    deep = run(row(REFERENCE), row("linnet-torch", distance=9e-4)).model_copy(update={"model": "my-local-model"})
+    assert not check_file(tmp_path, deep).passed  # no depth recorded, not in the registry: the 2-layer bar
+    deep.architecture = {"model_type": "qwen2", "layers": 24, "hidden_size": 896, "parameters": 494_032_768}
+    assert check_file(tmp_path, deep).passed  # 24 layers: the same bound as the registry's 0.5B
+    assert tolerance("linnet-torch", "f32", "my-local-model", layers=24) == tolerance("linnet-torch", "f32", "qwen2.5-0.5b-instruct")
+
+
+def check_file(tmp_path, result):
+    write_result(result, tmp_path / "local.json")
+    return check(tmp_path / "local.json", tmp_path / "local.json")
+
+
 def test_tolerances_follow_the_row_and_the_run_dtype():
     assert tolerance("transformers-compiled", "f32") == TOLERANCES["f32"] == 1e-4
     assert tolerance("linnet-ort-f16", "f32") == TOLERANCES["f16"]  # an f16 row in an f32 run: its own rounding

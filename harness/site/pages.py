@@ -9,7 +9,7 @@ import re
 from dataclasses import dataclass
 
 from harness.accuracy import shape_problem
-from harness.check import tolerance
+from harness.check import run_layers, tolerance
 from harness.registry import ModelEntry
 from harness.results import ResultFile
 from harness.site import numbers
@@ -265,7 +265,7 @@ def distance_note(result: ResultFile) -> str:
     )
     why = "it is there so that a fast wrong answer cannot look like a win."
     if dtype == "f32":
-        bound = tolerance(REFERENCE, "f32", result.model)  # what `linnet-bench check` holds this model's f32 rows to
+        bound = tolerance(REFERENCE, "f32", result.model, layers=run_layers(result))  # what `linnet-bench check` holds this model's f32 rows to
         return f"{text}In f32 a correct path stays within about {bound:.2g} on this model; {why}"
     return (
         f"{text}{dtype} outputs differ by rounding (about 0.1 on logits near 16), so a small number is expected; {why}"

@@ -170,7 +170,8 @@ def run_trials(settings: BenchSettings, result: ResultFile, path: Path, base_spe
             if k > planned[info.id] or (done is not None and done.row.status != "ok"):
                 continue
             display.start(info)
-            spec = trial_spec(settings, info, base_spec, scratch / info.id / f"trial-{k}")
+            # the row's distance and accuracy are its first trial's: later trials skip the probe (0.5B: a minute each)
+            spec = trial_spec(settings, info, base_spec, scratch / info.id / f"trial-{k}", "measure" if k == 1 else "time")
             timeout = timeout_for(settings, info)
             label = f"trial {k}/{planned[info.id]} · " if planned[info.id] > 1 else ""
             outcome = launch.run_child(spec, timeout, lambda t, info=info: display.progress(info, label + t))

@@ -253,7 +253,7 @@ class Driver:
             done.add(back.outcome, k, planned)
         write_result(result, path)
         if done.row.status == "ok" and k < planned:
-            self.submit(run, info, k + 1, node=back.node)
+            self.submit(run, info, k + 1, "time", node=back.node)  # the first trial's logits are the row's
         else:
             self.display.finish(result, done.row)
 

@@ -42,6 +42,14 @@ def timed_run(runner: Runner, spec: RunSpec) -> tuple[float, float, list[int]]:
     return first_at - start, end - first_at, tokens
 
 
+def score_probe(runner: Runner | ServingRunner, spec: RunSpec, progress: Progress):
+    """The probe's logits, or None in a later trial (mode "time"), whose row already has its first trial's."""
+    if spec.mode == "time":
+        return None
+    progress("scoring the probe")
+    return runner.score(spec.probe, spec.probe_prefill)
+
+
 def measure(runner: Runner, spec: RunSpec, progress: Progress) -> dict[str, Any]:
     """Load, warm up, time R runs, then score the probe. Returns the record's metrics, tokens and logits."""
     progress("loading")
@@ -60,8 +68,7 @@ def measure(runner: Runner, spec: RunSpec, progress: Progress) -> dict[str, Any]
             ttft.append(to_first * 1e3)
             decode.append((spec.new_tokens - 1) / to_last)
 
-    progress("scoring the probe")
-    logits = runner.score(spec.probe, spec.probe_prefill)
+    logits = score_probe(runner, spec, progress)
     metrics = {
         **spread("ttft_ms", ttft),
         **spread("decode_tok_s", decode),
@@ -178,8 +185,7 @@ def measure_serving(runner: ServingRunner, spec: RunSpec, progress: Progress) ->
     runner.load()
     load_s = time.perf_counter() - start
     first_call_s, runs, tokens = asyncio.run(serving_session(runner, spec, progress))
-    progress("scoring the probe")
-    logits = runner.score(spec.probe, spec.probe_prefill)
+    logits = score_probe(runner, spec, progress)
     requests = [r for run in runs for r in run.requests]
     runner.notes.append(f"serving workload '{w.name}': {w.description}; {w.runs} timed run(s)")
     metrics = {

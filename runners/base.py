@@ -28,7 +28,7 @@ class RunSpec:
     probe_prefill: int  # how much of the probe is prefilled; the rest is fed one token at a time
     max_positions: int  # static caches hold this many positions (prompt + new, rounded up)
     work_dir: str  # a private directory for artefacts (compiled graphs, exports, logits)
-    mode: str = "measure"  # "measure" (time, then score) | "score" (reference logits only)
+    mode: str = "measure"  # "measure" (time, then score) | "time" (a later trial: no probe) | "score" (reference logits only)
     options: dict[str, Any] = field(default_factory=dict)  # runner-specific settings
     kind: str = "single"  # "single" (the single-request protocol) | "serving" (the serving workload)
     serving: dict[str, Any] | None = None  # for serving runners: harness.workload.ServingWorkload's fields

@@ -2,6 +2,8 @@
 
 import time
 
+import numpy as np
+
 from runners import base
 
 
@@ -49,6 +51,15 @@ class CrashOnTrial2(Counting):
         if self.spec.work_dir.endswith("trial-2"):
             raise RuntimeError("planted crash in trial 2")
         super().load()
+
+
+class ScoresInTrial1Only(Counting):
+    """Exposes logits, and fails a trial that scores the probe after the first: a later trial's logits are never read."""
+
+    def score(self, ids, n_prefill):
+        if not self.spec.work_dir.endswith("trial-1"):
+            raise RuntimeError(f"planted: scored the probe in {self.spec.work_dir}")
+        return np.zeros((len(ids) - n_prefill + 1, 8), np.float32)
 
 
 class Killed(Counting):

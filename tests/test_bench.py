@@ -131,7 +131,7 @@ class Order(Display):
 
 def test_trials_run_round_robin_keep_every_sample_and_summarise_them(tiny, tmp_path):
     runners = [fake("counting", "Counting"), fake("unavailable", "Unavailable"), fake("flaky", "CrashOnTrial2"),
-               fake("other", "Counting")]  # fmt: skip
+               fake("other", "ScoresInTrial1Only")]  # fmt: skip
     order = Order()
     s = settings(tiny, tmp_path, runners, timeout_s=60)
     result = load_result(run_bench(BenchSettings(**{**s.__dict__, "trials": 3}), order))
@@ -152,6 +152,7 @@ def test_trials_run_round_robin_keep_every_sample_and_summarise_them(tiny, tmp_p
     assert m["decode_tok_s_min"] == min(every) and m["decode_tok_s_max"] == max(every)
     assert m["decode_tok_s_min"] <= m["decode_tok_s_ci"][0] <= m["decode_tok_s"] <= m["decode_tok_s_ci"][1] <= m["decode_tok_s_max"]
     assert "peak_mem_gib_ci" in m and m["mem_kind"] == "host"
+    assert rows["other"].status == "ok" and "shape" in " ".join(rows["other"].notes)  # scored once, in trial 1
 
 
 # ---- signals and bad options ----------------------------------------------------------------------------------------

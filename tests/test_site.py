@@ -411,7 +411,7 @@ def test_a_model_id_that_is_not_a_plain_name_is_skipped(tmp_path):
     write_result(result, tmp_path / "results" / "qwen2-tiny" / "r.json")
     warnings = []
     build_site(tmp_path / "results", tmp_path / "site", warnings.append)
-    assert len(warnings) == 1 and "r.json" in warnings[0] and "is not a plain name" in warnings[0]
+    assert len(warnings) == 1 and "r.json" in warnings[0] and "not a model id" in warnings[0]
     assert not (tmp_path / "outside.html").exists() and not (tmp_path / "site" / "models").exists()
 
 

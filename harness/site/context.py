@@ -4,7 +4,6 @@ other and a history never mixes them)."""
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -14,7 +13,6 @@ from harness.results import ResultFile, load_result, result_paths
 from harness.validate import invalid_figures, is_number, valid_metrics
 from linnet_core.errors import UserError
 
-PLAIN_NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]{0,99}")  # a model id that is safe as a file name (and not long)
 
 
 @dataclass(frozen=True)
@@ -86,10 +84,8 @@ def load_context(results_dir: Path, warn: Callable[[str], None] = lambda message
 
 
 def shown(path: Path, result: ResultFile, warn: Callable[[str], None]) -> ResultFile:
-    """The result as the site shows it: a model id that can name a file, and no invalid figure (a NaN, an infinity,
-    a zero speed, a string) left to chart or rank."""
-    if not PLAIN_NAME.fullmatch(result.model):  # it names files of the site
-        raise UserError(f"{path}: model {result.model[:60]!r} is not a plain name (letters, digits, . _ -, at most 100)")
+    """The result as the site shows it: no invalid figure (a NaN, an infinity, a zero speed, a string) left to chart
+    or rank. (Its model id names files of the site: load_result has checked it is a plain id.)"""
     problems, rows = [], []
     for row in result.rows:
         if found := invalid_figures(row):

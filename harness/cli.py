@@ -248,7 +248,7 @@ def with_interval(metrics: dict, name: str, unstable: list[str]) -> str:
 
 def summary_table(rows: list[Row]) -> Table:
     """The closing table, readable at 80 columns: a serving row's TTFT and speed are its serving figures."""
-    table = Table("runner", "status", "TTFT ms", "tok/s ±95%", "load s", "mem GiB", "distance",
+    table = Table("runner", "status", "TTFT ms", "tok/s ±95%", "load s", "GiB", "distance",
                   box=None, pad_edge=False, padding=(0, 1, 0, 0), header_style="bold underline", caption_justify="left")  # fmt: skip
     for column in table.columns:
         column.no_wrap = True

@@ -78,9 +78,10 @@ SERVING: dict[str, ServingWorkload] = {
 PROFILES: dict[str, Profile] = {
     p.name: p
     for p in (
-        # 3 trials: the fewest that give an interval over processes and keep `make demo` within 10 minutes on 2 cores;
-        # a serving row takes 10-100 s per trial there, so it runs once (its interval is then within one process)
-        Profile("default", 512, 128, 3, 10, 900, "the published page's protocol: 512 prompt tokens, 128 new",
+        # 3 trials of 6 runs: the fewest trials that give an interval over processes, and 18 values a row, within
+        # 10 minutes of `make demo` on 2 cores (10 runs a trial took it to 10.8); a serving row takes 10-100 s per
+        # trial there, so it runs once (its interval is then within one process)
+        Profile("default", 512, 128, 2, 6, 900, "the published page's protocol: 512 prompt tokens, 128 new",
                 trials=3, serving_trials=1),
         Profile("cpu", 128, 32, 1, 3, 1800, "the 0.5B shape on a CPU: 128 prompt tokens, 32 new",
                 trials=3, serving_trials=1),

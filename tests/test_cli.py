@@ -2,8 +2,13 @@
 
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
+
+from harness.results import load_result
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def cli(*args, cwd=None):
@@ -65,3 +70,8 @@ def test_the_closing_table_is_readable_at_80_columns():
     for r in rows:
         assert any(line.startswith(f"{r.runner} ") and f" {r.status} " in line for line in text.splitlines()), r.runner
     assert "22914 ±28%!" in text and "unstable" in text
+    measured = load_result(ROOT / "results" / "qwen2-tiny" / "20261203T114229Z.json")  # every CPU row, 3 trials
+    console = Console(width=80, record=True)
+    console.print(summary_table(measured.rows))
+    text = console.export_text()
+    assert "…" not in text and all(len(line) <= 80 for line in text.splitlines()), text

@@ -65,7 +65,9 @@ class ServingWorkload:
 SERVING: dict[str, ServingWorkload] = {
     w.name: w
     for w in (
-        ServingWorkload("default", 256, 128, 512, 128, 64, 2, 64, 8, 1800,
+        # one timed run: on a CPU the peers' batched serving takes about 50 s a run on qwen2-tiny, and a second
+        # run (within the same process) took `make demo` past 10 minutes; `--trials K` gives an interval over K
+        ServingWorkload("default", 256, 128, 512, 128, 64, 1, 64, 8, 1800,
                         "the published page's serving workload: 256 requests, prompts 128-512 tokens, 128 new, 64 in flight"),
         ServingWorkload("cpu", 32, 32, 128, 32, 8, 2, 8, 4, 1800,
                         "the 0.5B shape on a CPU: 32 requests, prompts 32-128 tokens, 32 new, 8 in flight"),

@@ -40,12 +40,12 @@ def pooled(trials: Trials) -> list[float]:
     return [v for t in clean(trials) for v in t]
 
 
-def summary(name: str, trials: Trials) -> dict[str, float | list[float]]:
-    """{name: median, name_min, name_max} over every sample, and name_ci: its 95% interval."""
+def summary(name: str, trials: Trials) -> dict[str, float | list[float] | None]:
+    """{name: median, name_min, name_max} over every sample, and name_ci: its 95% interval (None for one value,
+    which has none: a single serving run, say)."""
     values = pooled(trials)
-    low, high = interval(trials)
     return {name: statistics.median(values), f"{name}_min": min(values), f"{name}_max": max(values),
-            f"{name}_ci": [low, high]}  # fmt: skip
+            f"{name}_ci": list(interval(trials)) if len(values) > 1 else None}  # fmt: skip
 
 
 def resampled_medians(trials: Trials, rng: np.random.Generator, trial_picks: np.ndarray | None = None) -> np.ndarray:

@@ -23,6 +23,7 @@ def test_the_summary_keeps_median_min_max_over_all_samples_and_adds_the_interval
     assert out["decode_tok_s"] == 3.0 and out["decode_tok_s_min"] == 1.0 and out["decode_tok_s_max"] == 5.0
     low, high = out["decode_tok_s_ci"]
     assert 1.0 <= low <= 3.0 <= high <= 5.0
+    assert stats.summary("serving_tok_s", [[668.0]])["serving_tok_s_ci"] is None  # one value has no interval
 
 
 def test_the_same_samples_give_the_same_interval():

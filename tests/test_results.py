@@ -58,6 +58,17 @@ def test_header_text_is_one_short_line_and_a_model_id_names_no_path(tmp_path, fi
     assert "\n" not in str(e.value) and len(str(e.value)) < 300
 
 
+@pytest.mark.parametrize("layers", ["24", 24.0, True, -1, 10**30, None])
+def test_a_recorded_depth_is_a_whole_number(tmp_path, layers):
+    data = json.loads(sample().model_dump_json()) | {"architecture": {"model_type": "qwen2", "layers": layers}}
+    (tmp_path / "f.json").write_text(json.dumps(data))
+    if layers is None:  # not recorded
+        assert load_result(tmp_path / "f.json").architecture["layers"] is None
+        return
+    with pytest.raises(UserError, match="malformed result file: architecture.layers"):
+        load_result(tmp_path / "f.json")
+
+
 def test_what_the_file_says_reaches_a_message_on_one_line(tmp_path):
     data = json.loads(sample().model_dump_json())
     (tmp_path / "v.json").write_text(json.dumps(data | {"schema_version": 99, "model": "qwen2\ntiny"}))

@@ -30,19 +30,21 @@ browser:
 	@command -v chromium >/dev/null || { apt-get update -qq && apt-get install -y -qq chromium >/dev/null; }
 
 # The CI regression gate (.ci/gate): the baseline commit (GATE_BASE, default HEAD's first parent) in a git worktree
-# and this checkout, run in turn GATE_TRIALS times each on GATE_RUNNERS (qwen2-tiny, synthetic weights, f32, CPU, the
-# `gate` profile); fails when a row's paired 95% interval of candidate/baseline lies wholly beyond a 5% slowdown
-# (harness/check.py GATE_THRESHOLDS), or at once on a wrong answer. About 10 minutes on a 2-core machine.
+# against this checkout on GATE_RUNNERS (qwen2-tiny, synthetic weights, f32, CPU, the `gate` profile). Fails at once on
+# a wrong answer; then times both sides in lock-step turns (`linnet-bench duet`: GATE_PAIRS process pairs per row,
+# GATE_SECONDS of turns each) and fails when a row's 95% interval of candidate/baseline lies wholly beyond a 5% slowdown
+# (harness/check.py GATE_THRESHOLDS). About 7 minutes on a 2-core machine.
 # `make gate-power` measures how often it catches a planted 15% slowdown and passes unchanged code.
 GATE_RUNNERS := transformers transformers-compiled linnet-torch linnet-inductor linnet-jax linnet-ort-f32
-GATE_TRIALS ?= 5
+GATE_PAIRS ?= 2
+GATE_SECONDS ?= 6
 GATE_BASE ?= HEAD^1
 
 gate: setup
-	GATE_BASE="$(GATE_BASE)" PY="$(abspath $(PY))" .ci/gate $(GATE_TRIALS) $(GATE_RUNNERS)
+	GATE_BASE="$(GATE_BASE)" PY="$(abspath $(PY))" .ci/gate $(GATE_PAIRS) $(GATE_SECONDS) $(GATE_RUNNERS)
 
 gate-power: setup
-	PY="$(abspath $(PY))" scripts/gate-power.sh $(GATE_TRIALS) $(GATE_RUNNERS)
+	PY="$(abspath $(PY))" scripts/gate-power.sh $(GATE_PAIRS) $(GATE_SECONDS) $(GATE_RUNNERS)
 
 # On a lent GPU machine: the one-shot suite (see scripts/gpu-suite.sh).
 gpu:

@@ -3,8 +3,9 @@
 A row regressed when, against the baseline:
 - with raw samples of at least 2 trials on both sides (schema 2): the 95% interval of candidate / baseline (ratio of
   medians, bootstrap over trials then runs: harness/stats.py) excludes every slowdown smaller than the threshold,
-  i.e. the whole interval lies beyond it (stats.judge); `--paired` (the gate: trials made side by side) resamples
-  the trials of both sides together;
+  i.e. the whole interval lies beyond it (stats.judge); `--paired` (trials made side by side) resamples the trials
+  of both sides together, and for the two files of one duet (harness/duet.py: runs made in pairs, the gate's) judges
+  the ratios of the run pairs;
 - otherwise (version 1 files, single trials): a speed (decode_tok_s, serving_tok_s) dropped, or a time (ttft_ms,
   serving_ttft_ms, load_s) or peak memory rose, by more than the threshold (relative to the baseline's median) AND
   outside both runs' spreads (the min..max of their timed runs): a change that the two spreads overlap on is noise;
@@ -47,14 +48,13 @@ class Thresholds:
     min_seconds: float = 0.0  # a time (TTFT, load) under this in both runs is too short to judge: noted, not judged
 
 
-# The CI gate's thresholds (.ci/gate: the baseline commit and the candidate, interleaved trial by trial, judged by
-# paired intervals). A row regresses when the whole 95% interval of its candidate/baseline ratio is a slowdown beyond
-# 5%: unchanged code's interval reaches that far below 1 only by a miss of its interval by more than 5%, while a 15%
-# slowdown's interval lies beyond 5% once its half-width is under 10%. scripts/gate-power.sh measures both; its one
-# run so far (results/gate-power/) was under a load average of 10-16, where pairs did not share the noise (paired
-# intervals 0.26-1.95): the targets are not yet shown on a quiet machine, and these thresholds are not tuned on it. Memory: 10%, since peak RSS also moves with inductor's compile workers. Times of a few
-# milliseconds (a Linnet row's TTFT on the test model, its load) doubled between processes on this 2-core machine
-# with nothing changed, so the gate judges only times of 50 ms or more.
+# The CI gate's thresholds (.ci/gate: the baseline commit and the candidate timed in lock-step turns, harness/duet.py,
+# judged by the interval of their run pairs' ratios). A row regresses when the whole 95% interval of its
+# candidate/baseline ratio is a slowdown beyond 5%: unchanged code's interval reaches that far below 1 only by a miss of
+# its interval by more than 5%, while a 15% slowdown's interval lies beyond 5% once its half-width is under 10% (a
+# duet's is 2-5% on this machine). scripts/gate-power.sh measures both (results/gate-power/). Memory: 10%, peak RSS of
+# each side's own process. Times of a few milliseconds (a Linnet row's TTFT on the test model) move with every
+# interrupt, so the gate judges only times of 50 ms or more.
 GATE_THRESHOLDS = Thresholds(speed=0.05, memory=0.10, min_seconds=0.05)
 
 # The largest distance from the reference that is not a wrong answer, by dtype. f32: the project's correctness bar.
@@ -375,14 +375,21 @@ def compare_runs(cand_path: Path, cand: ResultFile, base_path: Path, base: Resul
         comparison.notes.append("the candidate run is incomplete (interrupted or still running)")
     cand_rows, base_rows = {r.runner: r for r in cand.rows}, {r.runner: r for r in base.rows}
     refs = (reference_row(cand_rows), reference_row(base_rows)) if comparison.ratios else None
+    run_pairs = paired and same_duet(cand, base)
     for runner in [*base_rows, *(r for r in cand_rows if r not in base_rows)]:
         bound = row_tolerance(cand_rows.get(runner), base_rows.get(runner), cand)
         accuracy = accuracy_bound(runner, getattr(cand_rows.get(runner), "quant", None), run_dtype(cand))
         row = compare_row(runner, cand_rows.get(runner), base_rows.get(runner), bound, accuracy)
         if row.baseline_status == row.candidate_status == "ok" and not any(f.subject == "figures" for f in row.findings):
-            compare_metrics(row, cand_rows[runner], base_rows[runner], refs, thresholds, paired)
+            compare_metrics(row, cand_rows[runner], base_rows[runner], refs, thresholds, paired, run_pairs)
         comparison.rows.append(row)
     return comparison
+
+
+def same_duet(cand: ResultFile, base: ResultFile) -> bool:
+    """Whether the two files are the two sides of one duet (harness/duet.py): their runs were made in pairs."""
+    c, b = cand.protocol.get("duet"), base.protocol.get("duet")
+    return isinstance(c, dict) and isinstance(b, dict) and cand.run_id == base.run_id and c.get("side") != b.get("side")
 
 
 def reference_row(rows: dict[str, Row]) -> Row | None:
@@ -453,7 +460,7 @@ def first_line(text: str | None) -> str:
 
 
 def compare_metrics(report: RowReport, cand: Row, base: Row, refs: tuple[Row | None, Row | None] | None,
-                    thresholds: Thresholds, paired: bool = False) -> None:  # fmt: skip
+                    thresholds: Thresholds, paired: bool = False, run_pairs: bool = False) -> None:  # fmt: skip
     """Judges every metric the baseline row has: absolute figures, or ratios to each run's reference row."""
     for metric in METRICS:
         if metric.name not in base.metrics:
@@ -484,9 +491,10 @@ def compare_metrics(report: RowReport, cand: Row, base: Row, refs: tuple[Row | N
             if ratios[0].mid and ratios[1].mid:
                 scale = (c.mid / ratios[0].mid, b.mid / ratios[1].mid)  # each run's reference figure
             c, b = ratios
-        if has_trials(cand, metric.name) and has_trials(base, metric.name):
+        if (run_pairs and metric.name in cand.samples and metric.name in base.samples) or (
+                has_trials(cand, metric.name) and has_trials(base, metric.name)):  # fmt: skip
             judge_interval(report, metric, cand.samples[metric.name], base.samples[metric.name], scale, thresholds,
-                           ratio=refs is not None, paired=paired)  # fmt: skip
+                           ratio=refs is not None, paired=paired, run_pairs=run_pairs)  # fmt: skip
         else:
             judge(report, metric, c, b, thresholds, ratio=refs is not None)
 
@@ -498,13 +506,14 @@ def has_trials(row: Row, name: str) -> bool:
 
 
 def judge_interval(report: RowReport, metric: Metric, cand: stats.Trials, base: stats.Trials, scale: tuple[float, float],
-                   thresholds: Thresholds, ratio: bool, paired: bool) -> None:  # fmt: skip
+                   thresholds: Thresholds, ratio: bool, paired: bool, run_pairs: bool = False) -> None:  # fmt: skip
     """A change counts when the 95% interval of candidate / baseline lies wholly beyond the threshold (stats.judge). In
     ratio mode each side is first divided by its run's reference figure (scale), taken as exact."""
     paired = paired and len(cand) == len(base)
+    run_pairs = paired and run_pairs and [len(t) for t in cand] == [len(t) for t in base]
     if not (statistics.median(stats.pooled(cand)) > 0 and statistics.median(stats.pooled(base)) > 0):
         return  # no ratio of a figure that is not positive (NaN and negatives: the validation of the files)
-    middle, low, high = stats.ratio_interval(cand, base, paired=paired)
+    middle, low, high = stats.ratio_interval(cand, base, paired=paired, run_pairs=run_pairs)
     middle, low, high = (x * scale[1] / scale[0] for x in (middle, low, high))
     report.changes[metric.name] = middle - 1
     report.intervals[metric.name] = (low, high)
@@ -514,7 +523,8 @@ def judge_interval(report: RowReport, metric: Metric, cand: stats.Trials, base: 
         return
     b, c = statistics.median(stats.pooled(base)) / scale[1], statistics.median(stats.pooled(cand)) / scale[0]
     unit = f"× {REFERENCE}" if ratio else metric.unit
-    how = f"{'paired ' if paired else ''}95% interval of candidate/baseline {low:.3g}–{high:.3g}"
+    pairing = "run-paired " if run_pairs else "paired " if paired else ""
+    how = f"{pairing}95% interval of candidate/baseline {low:.3g}–{high:.3g}"
     message = (f"{metric.label} {b:.3g} → {c:.3g} {unit} ({middle - 1:+.0%}); the {how} lies beyond {threshold:.0%} "
                f"({len(base)} vs {len(cand)} trials)")  # fmt: skip
     report.findings.append(Finding(report.runner, verdict, metric.name, message, metric.label, b, c, middle - 1))

@@ -21,6 +21,7 @@ from harness.bench import BenchSettings, Display, run_bench
 from harness.memory import nvml_handles
 from harness.registry import MODELS, get_model
 from harness.results import Row, load_result, write_result
+from harness.validate import printable
 from harness.site.context import machine_name
 from harness.workload import PROFILES, get_profile
 from linnet_core.dtypes import NAMES as DTYPES
@@ -161,6 +162,53 @@ def merge(
     merged = merge_runs([load_result(p) for p in runs])
     write_result(merged, out)
     console.print(f"{len(runs)} run(s), {merged.protocol['trials']} trial(s): {out}")
+
+
+@app.command("duet")
+def duet_command(
+    model: str = typer.Argument(..., help="a model id or alias, or a local checkpoint directory"),
+    baseline_checkout: Path = typer.Option(..., "--baseline-checkout", help="a checkout of this repository (a git worktree of the baseline commit, say)"),
+    candidate_checkout: Optional[Path] = typer.Option(None, "--candidate-checkout", help="another checkout (default: this one)"),
+    runner: list[str] = typer.Option(..., "--runner", "-r", help="a single-request runner id; repeat for several"),
+    profile: str = typer.Option("gate", help=f"one of {', '.join(PROFILES)}: prompt, new tokens, warm-ups"),
+    dtype: str = typer.Option("f32", help="f32, f16 or bf16"),
+    device: str = typer.Option("cpu", help="cpu or cuda"),
+    pairs: int = typer.Option(2, min=1, max=20, help="process pairs per row (each side a fresh process), round robin over the rows"),
+    seconds: float = typer.Option(15.0, min=0.1, max=3600, help="seconds of turns per process pair (at least 10 runs a side)"),
+    timeout: Optional[float] = typer.Option(None, help="seconds a process pair may take (default: the profile's)"),
+    seed: int = typer.Option(0, help="seed of the prompt and synthetic weights"),
+    out: Path = typer.Option(..., help="writes OUT/baseline.json and OUT/candidate.json; compare them with `check --paired`"),
+) -> None:
+    """Time each row of two checkouts of this code in lock-step turns (harness/duet.py): the two sides of each pair of
+    runs share the machine's slow and fast spells, so their ratio holds still where their figures do not."""
+    import tempfile
+
+    from harness.duet import Side, Turns, run_duet
+
+    if timeout is not None and not (math.isfinite(timeout) and timeout > 0):
+        raise UserError(f"--timeout {timeout}: give a number of seconds above 0, e.g. --timeout 600")
+    if device not in ("cpu", "cuda"):
+        raise UserError(f"unknown device {device!r}; use cpu or cuda")
+    if dtype not in DTYPES:
+        raise UserError(f"unknown dtype {dtype!r}; use one of {', '.join(DTYPES)}")
+    chosen = tuple(get_runner(r) for r in runner)
+    if serving := [r.id for r in chosen if r.kind != "single"]:
+        raise UserError(f"duet times single-request rows; {', '.join(serving)} serve(s) many requests")
+    sides = []
+    for name, path in (("baseline", baseline_checkout), ("candidate", candidate_checkout or Path(__file__).resolve().parent.parent)):
+        if not (path / "harness" / "__init__.py").is_file() or not (path / "runners" / "base.py").is_file():
+            raise UserError(f"--{name}-checkout {path}: not a checkout of this repository (no harness/ and runners/base.py)")
+        sides.append(Side(name, path.resolve()))
+    settings = BenchSettings(get_model(model), chosen, get_profile(profile), dtype, device, None, out, seed, timeout, 1)
+    with tempfile.TemporaryDirectory(prefix="linnet-duet-") as scratch:
+        paths, failures = run_duet(settings, (sides[0], sides[1]), pairs, Turns(seconds), Path(scratch), out,
+                                   lambda text: console.print(f"duet: {text}", highlight=False))  # fmt: skip
+    for name, path in paths.items():
+        console.print(f"{name}: {path}")
+    for failure in failures:
+        console.print(f"failed: {printable(str(failure))[:400]}", highlight=False, markup=False)
+    if any(f.side == "candidate" for f in failures):
+        raise UserError("the candidate side failed on a row: see above")
 
 
 @app.command("site")

@@ -76,12 +76,17 @@ def interval(trials: Trials) -> tuple[float, float]:
     return percentile_interval(resampled_medians(trials, np.random.default_rng(SEED)))
 
 
-def ratio_interval(a: Trials, b: Trials, paired: bool = False) -> tuple[float, float, float]:
+def ratio_interval(a: Trials, b: Trials, paired: bool = False, run_pairs: bool = False) -> tuple[float, float, float]:
     """(median(a) / median(b), low, high): the ratio of medians and its 95% interval. Paired (runs made side by side,
     trial i of a with trial i of b): the same trial indices are drawn on both sides, so that a slow spell that hit
-    both halves of a pair cancels; the sides then need the same number of trials."""
+    both halves of a pair cancels; the sides then need the same number of trials. run_pairs (a duet: run j of trial i
+    of a made next to run j of trial i of b, harness/duet.py): see run_pair_ratio_interval."""
     ta, tb = clean(a), clean(b)
     rng = np.random.default_rng(SEED)
+    if run_pairs:
+        if [len(x) for x in ta] != [len(x) for x in tb]:
+            raise ValueError("run pairs need as many runs in each trial on both sides")
+        return run_pair_ratio_interval(ta, tb)
     if paired:
         if len(ta) != len(tb):
             raise ValueError(f"paired samples need as many trials on both sides, not {len(ta)} and {len(tb)}")
@@ -91,6 +96,17 @@ def ratio_interval(a: Trials, b: Trials, paired: bool = False) -> tuple[float, f
         ma, mb = resampled_medians(ta, rng), resampled_medians(tb, rng)
     low, high = percentile_interval(ma / mb)
     return statistics.median(pooled(ta)) / statistics.median(pooled(tb)), low, high
+
+
+def run_pair_ratio_interval(a: Trials, b: Trials) -> tuple[float, float, float]:
+    """(median of a[i][j] / b[i][j], low, high) for runs made in pairs (a duet): each pair's ratio is a sample, and the
+    interval is the two-level bootstrap's over those ratios. A pair's two runs share the machine's spell, so their
+    ratio is far steadier than either figure; a median of ratios (as in duet benchmarking) rather than a ratio of
+    medians, since on this machine a figure's distribution is two-humped (a fast and a slow state) and the median of
+    each side may fall on either hump."""
+    ratios = [[x / y for x, y in zip(ta, tb)] for ta, tb in zip(clean(a), clean(b))]
+    low, high = interval(ratios)
+    return statistics.median(pooled(ratios)), low, high
 
 
 def trial_medians(trials: Trials) -> list[float]:

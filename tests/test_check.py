@@ -512,18 +512,22 @@ def test_the_gate_runs_known_runners_and_ci_runs_the_gate():
     assert "make gate" in (ROOT / ".ci" / "run").read_text()
 
 
-# The gate script itself, with a stand-in Python whose `harness.cli run` hands out planted one-trial result files, the
-# baseline's or the candidate's by the directory it runs in; merge and check are the real ones.
+# The gate script itself, with a stand-in Python whose `harness.cli run` and `harness.cli duet` hand out planted result
+# files (run: the baseline's or the candidate's by the directory it runs in); check is the real one.
 FAKE_PY = """
 import os, pathlib, shutil, sys
 queue, candidate = pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2]).resolve()
 args = sys.argv[5:]  # after: -m harness.cli
-if args[0] == "run":
+if args[0] in ("run", "duet"):
     side = "candidate" if pathlib.Path.cwd().resolve() == candidate else "baseline"
-    out = pathlib.Path(args[args.index("--out") + 1]) / "qwen2-tiny"
-    out.mkdir(parents=True)
-    planted = sorted((queue / side).glob("*.json"))[0]
-    shutil.move(planted, out / planted.name)
+    out = pathlib.Path(args[args.index("--out") + 1])
+    if args[0] == "run":
+        (out / "qwen2-tiny").mkdir(parents=True)
+        shutil.copy(queue / side / "run.json", out / "qwen2-tiny" / "run.json")
+    else:
+        out.mkdir(parents=True)
+        for name in ("baseline", "candidate"):
+            shutil.copy(queue / name / "duet.json", out / f"{name}.json")
     with (queue / "runs.log").open("a") as f:
         f.write(side + " " + " ".join(args) + "\\n")
 else:
@@ -533,50 +537,79 @@ else:
 """
 
 
-def gate_script(tmp_path, base_trials: list[ResultFile], cand_trials: list[ResultFile]):
+def gate_script(tmp_path, runs: tuple[ResultFile, ResultFile], duet: tuple[ResultFile, ResultFile]):
+    """.ci/gate with planted (baseline, candidate) answer runs and duet files."""
     queue = tmp_path / "queue"
-    for side, trials in (("baseline", base_trials), ("candidate", cand_trials)):
-        for i, r in enumerate(trials):
-            write_result(r.model_copy(update={"run_id": f"{side}{i}"}), queue / side / f"{i}.json")
+    for side, answers, timed in zip(("baseline", "candidate"), runs, duet):
+        write_result(answers.model_copy(update={"run_id": f"{side}-run"}), queue / side / "run.json")
+        write_result(timed, queue / side / "duet.json")
     (tmp_path / "fake_py.py").write_text(FAKE_PY)
     py = tmp_path / "py"
     py.write_text(f"#!/bin/sh\nexec {sys.executable} {tmp_path / 'fake_py.py'} {queue} {ROOT} \"$@\"\n")
     py.chmod(0o755)
     env = {"PATH": "/usr/bin:/bin", "PY": str(py), "HOME": str(tmp_path), "GATE_BASE": "HEAD", "GATE_OUT": str(tmp_path / "out")}
-    out = subprocess.run([str(ROOT / ".ci" / "gate"), str(len(cand_trials)), *gate_runners()],
+    out = subprocess.run([str(ROOT / ".ci" / "gate"), "2", "10", *gate_runners()],
                          capture_output=True, text=True, env=env, timeout=300)  # fmt: skip
-    runs = (queue / "runs.log").read_text().splitlines() if (queue / "runs.log").exists() else []
-    return out, runs
+    calls = (queue / "runs.log").read_text().splitlines() if (queue / "runs.log").exists() else []
+    return out, calls
 
 
-def gate_trials(n: int, seed: int, torch_factor: float = 1.0, distance: float = 1e-5) -> list[ResultFile]:
-    """n one-trial runs of two gate rows; a pair's trials share the seed, so their levels move together (as side by side)."""
-    return [run(with_trials(REFERENCE, 500.0, trials=1, seed=seed + i, between=0.2),
-                slowed(with_trials("linnet-torch", 2000.0, trials=1, seed=100 + seed + i, between=0.2, distance=distance),
-                       torch_factor), run_id=f"t{i}")
-            for i in range(n)]  # fmt: skip
+def answer_runs(distance: float = 1e-5) -> tuple[ResultFile, ResultFile]:
+    one = lambda d: run(with_trials(REFERENCE, 500.0, trials=1), with_trials("linnet-torch", 2000.0, trials=1, distance=d))
+    return one(1e-5), one(distance)
 
 
-def test_the_gate_script_passes_unchanged_code_and_alternates_the_sides(tmp_path):
-    out, runs = gate_script(tmp_path, gate_trials(4, 0), gate_trials(4, 0))
+def duet_files(torch_factor: float = 1.0, pairs: int = 2, runs: int = 60, seed: int = 0) -> tuple[ResultFile, ResultFile]:
+    """Two sides of a duet on this machine's kind of noise: each run's speed is the machine's state at that moment
+    (a fast and a slow state, 2x apart, and +-20% besides), shared by the two runs of a pair, and 4% of noise each."""
+    from harness.trials import combine_trials
+
+    rng = np.random.default_rng(seed)
+    rows = {"baseline": [], "candidate": []}
+    for runner, level, slow in ((REFERENCE, 500.0, 1.0), ("linnet-torch", 2000.0, torch_factor)):
+        per_side = {"baseline": [], "candidate": []}
+        for _ in range(pairs):
+            state = np.where(rng.random(runs) < 0.5, 1.0, 2.0) * (1 + rng.normal(0, 0.2, runs))
+            for name, factor in (("baseline", 1.0), ("candidate", slow)):
+                decode = level * factor * state * (1 + rng.normal(0, 0.04, runs))
+                per_side[name].append({"decode_tok_s": list(decode), "ttft_ms": list(2.0 / state)})
+        for name in per_side:
+            base = [{"peak_mem_gib": 0.5, "mem_kind": "host"}] * pairs
+            metrics, samples, unstable = combine_trials(base, per_side[name])
+            rows[name].append(Row(runner=runner, label=runner, group="PyTorch", status="ok", metrics=metrics,
+                                  samples=samples, unstable=unstable))  # fmt: skip
+    out = []
+    for name in ("baseline", "candidate"):
+        f = run(*rows[name], run_id="duet1")
+        f.protocol["duet"] = {"pairs": pairs, "seconds": 10, "side": name}
+        out.append(f)
+    return out[0], out[1]
+
+
+def test_the_gate_script_checks_answers_then_duets_the_rows_and_passes_unchanged_code(tmp_path):
+    out, calls = gate_script(tmp_path, answer_runs(), duet_files())
     assert out.returncode == 0, out.stdout + out.stderr
     assert "PASS" in out.stdout.strip().splitlines()[-1]
-    assert [r.split()[0] for r in runs] == ["baseline", "candidate", "candidate", "baseline"] * 2
-    assert "--profile gate --device cpu --dtype f32" in runs[0]
-    assert " ".join(f"--runner {r}" for r in gate_runners()) in runs[0]
+    assert [c.split()[:2] for c in calls] == [["baseline", "run"], ["candidate", "run"], ["candidate", "duet"]]
+    assert "--profile gate --device cpu --dtype f32 --trials 1" in calls[0]
+    assert " ".join(f"--runner {r}" for r in gate_runners()) in calls[0] and calls[2].endswith("--pairs 2 --seconds 10 --out " + str(tmp_path / "out" / "duet"))
     assert (tmp_path / "out" / "report.json").exists()
 
 
-def test_the_gate_script_catches_a_15_percent_slowdown_that_drift_hides_from_unpaired_trials(tmp_path):
-    out, runs = gate_script(tmp_path, gate_trials(4, 0), gate_trials(4, 0, torch_factor=0.85))
+def test_the_gate_script_catches_a_15_percent_slowdown_that_the_machine_s_two_speeds_hide(tmp_path):
+    base, cand = duet_files(torch_factor=0.85)
+    unpaired = cand.model_copy(update={"run_id": "another"})  # the same figures, not known to be run pairs
+    assert compare(tmp_path, unpaired, base, thresholds=GATE_THRESHOLDS, paired=True).passed  # ratio of medians: unsure
+    out, calls = gate_script(tmp_path, answer_runs(), (base, cand))
     assert out.returncode == 1, out.stdout + out.stderr
     assert out.stdout.strip().splitlines()[-1] == "FAIL: 1 regression(s): linnet-torch decode"
+    assert "run-paired 95% interval" in out.stdout
 
 
 def test_the_gate_script_fails_a_wrong_answer_at_once(tmp_path):
-    out, runs = gate_script(tmp_path, gate_trials(3, 0), gate_trials(3, 0, distance=1.0))
+    out, calls = gate_script(tmp_path, answer_runs(distance=1.0), duet_files())
     assert out.returncode == 1, out.stdout + out.stderr
-    assert len(runs) == 2 and "FAIL at once" in out.stdout and "linnet-torch distance" in out.stdout
+    assert len(calls) == 2 and "FAIL at once" in out.stdout and "linnet-torch distance" in out.stdout
 
 
 # ---- hostile figures ------------------------------------------------------------------------------------------------

@@ -36,6 +36,7 @@ class BenchSettings:
     seed: int = 0  # prompt, probe and synthetic weights
     timeout_s: float | None = None  # per runner; the profile's when None
     trials: int | None = None  # K: fresh processes per row, round robin; the profile's defaults when None
+    peer_duet_s: float = 0.0  # > 0: after the trials, time each Linnet row in turns with its peer (harness/duet.py)
 
 
 class Display:
@@ -64,6 +65,8 @@ def run_bench(settings: BenchSettings, display: Display = Display()) -> Path:
     base_spec = spec_fields(settings, ckpt)
     try:
         run_trials(settings, result, path, base_spec, scratch, display)
+        if settings.peer_duet_s > 0:
+            run_peer_duets(settings, result, path, base_spec, scratch, display)
         result.complete = True
     except KeyboardInterrupt:
         result.interrupted = True  # type: ignore[attr-defined]  # an extra field: the page says the run was cut short
@@ -101,6 +104,7 @@ def new_result(settings: BenchSettings, weights: str, machine: dict, created_at:
                   "timeout_s": settings.timeout_s or profile.timeout_s,
                   # K: each row's trials (fresh processes), round robin; serving rows may run fewer
                   "trials": trials_for("single", settings),
+                  **({"peer_duet_s": settings.peer_duet_s} if settings.peer_duet_s > 0 else {}),
                   **({"serving_trials": trials_for("serving", settings)} if serving else {})},  # fmt: skip
         weights=weights,
         architecture=architecture(settings.model.config),
@@ -186,6 +190,34 @@ def run_trials(settings: BenchSettings, result: ResultFile, path: Path, base_spe
             shutil.rmtree(spec.work, ignore_errors=True)  # its exports and logits are read: free the disk (0.5B: GiBs)
             write_result(result, path)
             display.finish(done.row)  # after every trial: the row as summarised so far
+
+
+# Process pairs of a peer duet: two, so that one process's luck (where its memory landed) cannot make the figure.
+PEER_DUET_PAIRS = 2
+
+
+def run_peer_duets(settings: BenchSettings, result: ResultFile, path: Path, base_spec: dict, scratch: Path,
+                   display: Display) -> None:  # fmt: skip
+    """Each measured single-request row whose peer was measured too is timed in turns with it (harness/duet.py); the
+    page's comparison of the two then rests on the run pairs. A duet that fails leaves a note, not a failed row."""
+    from harness.duet import DuetFailed, Turns, peer_duet
+    from runners import RUNNERS
+
+    measured = {r.runner: r for r in result.rows if r.status == "ok"}
+    for row in result.rows:
+        info, peer = RUNNERS.get(row.runner), RUNNERS.get(row.peer or "")
+        if row.status != "ok" or info is None or peer is None or peer.id not in measured:
+            continue
+        if not info.kind == peer.kind == "single":  # serving rows are timed at the client, many requests at once
+            continue
+        display.start(info)
+        display.progress(info, f"in turns with {peer.id}")
+        try:
+            row.peer_duet = peer_duet(settings, info, peer, base_spec, scratch, PEER_DUET_PAIRS, Turns(settings.peer_duet_s))
+        except DuetFailed as e:
+            row.notes.append(f"not timed in turns with {peer.id}: {e}")
+        write_result(result, path)
+        display.finish(row)
 
 
 class RowTrials:

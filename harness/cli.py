@@ -62,6 +62,7 @@ def run(
     timeout: Optional[float] = typer.Option(None, help="seconds before a runner's child is killed (default: the profile's)"),
     seed: int = typer.Option(0, help="seed of the prompt, the probe and synthetic weights"),
     trials: Optional[int] = typer.Option(None, min=1, max=100, help="fresh processes per row, round robin over the rows (default: the profile's; default and cpu: 3, serving rows 1)"),
+    peer_duets: float = typer.Option(0.0, "--peer-duets", min=0, max=600, help="after the trials, time each Linnet row in turns with the stack it replaces for this many seconds per process pair (2 pairs); the page's comparison then rests on those run pairs (0: off)"),
     cluster: Optional[str] = typer.Option(None, help="run the rows as tasks on the Ray cluster at this address (HEAD:6379), or `local` to start one here (needs the `cluster` extra)"),
     accelerator_type: Optional[list[str]] = typer.Option(None, "--accelerator-type", help="with --cluster: run every row on each of these kinds of GPU (Ray's accelerator_type:NAME, e.g. H100); repeat"),
 ) -> None:
@@ -79,6 +80,8 @@ def run(
     chosen = tuple(get_runner(r) for r in runner) if runner else tuple(RUNNERS.values())
     if profile is not None:
         get_profile(profile)
+    if peer_duets and cluster is not None:
+        raise UserError("--peer-duets runs here, not on a cluster: leave out one of --peer-duets and --cluster")
     if accelerator_type and cluster is None:
         raise UserError("--accelerator-type picks nodes of a Ray cluster; give --cluster too")
 
@@ -89,7 +92,8 @@ def run(
             for dev in device or ["cuda" if has_gpu() else "cpu"]:
                 for dt in dtype or ["bf16" if dev == "cuda" else "f32"]:
                     name = profile or ("default" if dev == "cuda" or entry.is_tiny else "cpu")
-                    runs.append(BenchSettings(entry, chosen, get_profile(name), dt, dev, weights, out, seed, timeout, trials))
+                    runs.append(BenchSettings(entry, chosen, get_profile(name), dt, dev, weights, out, seed, timeout, trials,
+                                              peer_duets))  # fmt: skip
         return runs
 
     try:

@@ -31,7 +31,7 @@ from harness import environment
 from harness.bench import GIB, BenchSettings, architecture, new_result, run_id_now, spec_fields, trial_spec
 from harness.launch import kill_tree, tail
 from harness.registry import checkpoint_for
-from harness.results import ResultFile, Row, write_result
+from harness.results import PeerDuet, ResultFile, Row, write_result
 from harness.trials import combine_trials
 from runners import RunnerInfo
 
@@ -119,14 +119,15 @@ def start_side(side: Side, spec_path: Path, work: Path, python: str) -> Child:
     return Child(side, proc, turn_w, done_r, record, stderr)
 
 
-def duet_row(spec: dict, sides: tuple[Side, Side], work: Path, turns: Turns, timeout: float, first: int = 0,
+def duet_row(specs: tuple[dict, dict], sides: tuple[Side, Side], work: Path, turns: Turns, timeout: float, first: int = 0,
              python: str = sys.executable) -> tuple[dict, dict]:  # fmt: skip
-    """One process pair of a row: both sides load and warm up, then take turns (as many as `turns` allows). Returns
-    each side's record ({ttft_ms, decode_tok_s: [run values], tokens, peak_rss_bytes}); DuetFailed if either cannot be
-    timed. `first`: which side goes first in the first pair (then it alternates)."""
+    """One process pair: side i runs specs[i] (one row in two checkouts, or two rows in one); both load and warm up (within `timeout` seconds), then take turns (as many as
+    `turns` allows; a run that takes `timeout` is hung). Returns each side's record ({ttft_ms, decode_tok_s: [run
+    values], tokens, peak_rss_bytes}); DuetFailed if either cannot be timed. `first`: which side goes first in the
+    first pair (then it alternates)."""
     children = []
     try:
-        for side in sides:
+        for spec, side in zip(specs, sides):
             side_work = work / side.name
             side_work.mkdir(parents=True, exist_ok=True)
             spec_path = side_work / "spec.json"
@@ -137,7 +138,6 @@ def duet_row(spec: dict, sides: tuple[Side, Side], work: Path, turns: Turns, tim
             if child.wait_for(b"R", max(1.0, deadline - time.monotonic())) == b"S":
                 child.proc.wait(timeout=10)
                 raise DuetFailed(child.side.name, f"skipped the row: {json.loads(child.record.read_text())['reason']}")
-        per_run = max(1.0, deadline - time.monotonic())
         start = time.monotonic()
         for i in range(turns.most):
             if i >= turns.least and time.monotonic() - start > turns.seconds:
@@ -145,12 +145,15 @@ def duet_row(spec: dict, sides: tuple[Side, Side], work: Path, turns: Turns, tim
             order = children if (i + first) % 2 == 0 else children[::-1]
             for child in order:
                 child.send(b"G")
-                child.wait_for(b"D", per_run)
+                child.wait_for(b"D", timeout)  # a run as long as a whole load: hung
         for child in children:
             child.send(b"Q")
         records = []
         for child in children:
-            child.proc.wait(timeout=60)
+            try:
+                child.proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                raise DuetFailed(child.side.name, "did not exit within 60 s of its last run") from None
             if child.proc.returncode != 0 or not child.record.exists():
                 raise DuetFailed(child.side.name, f"exited with status {child.proc.returncode}: {last_line(child.stderr)}")
             records.append(json.loads(child.record.read_text()))
@@ -213,7 +216,8 @@ def run_duet(settings: BenchSettings, sides: tuple[Side, Side], pairs: int, turn
             work.mkdir(parents=True, exist_ok=True)
             spec_dict = json.loads(spec.to_json())
             try:
-                records = duet_row(spec_dict, sides, work, turns, settings.timeout_s or settings.profile.timeout_s, first=p)
+                records = duet_row((spec_dict, spec_dict), sides, work, turns, settings.timeout_s or settings.profile.timeout_s,
+                                   first=p)  # fmt: skip
             except DuetFailed as e:
                 duet.failure = DuetFailed(e.side, f"failed in process pair {p + 1}: {str(e).split(' side ', 1)[1]}")
                 continue
@@ -234,3 +238,23 @@ def run_duet(settings: BenchSettings, sides: tuple[Side, Side], pairs: int, turn
         write_result(result, paths[side.name])
     return paths, [d.failure for d in duets.values() if d.failure]
 
+
+
+def peer_duet(settings: BenchSettings, ours: RunnerInfo, theirs: RunnerInfo, base_spec: dict, scratch: Path, pairs: int,
+              turns: Turns) -> PeerDuet:  # fmt: skip
+    """A Linnet row and the stack it replaces (its peer), this checkout both, timed in turns: `pairs` process pairs.
+    DuetFailed when either cannot be timed."""
+    from harness.launch import REPO_ROOT
+
+    sides = (Side("ours", REPO_ROOT), Side("theirs", REPO_ROOT))
+    samples: dict[str, dict[str, list]] = {"ours": {"decode_tok_s": [], "ttft_ms": []}, "theirs": {"decode_tok_s": [], "ttft_ms": []}}
+    for p in range(pairs):
+        work = scratch / f"duet-{ours.id}" / f"pair-{p + 1}"
+        work.mkdir(parents=True, exist_ok=True)
+        specs = tuple(json.loads(trial_spec(settings, info, base_spec, work / side.name, mode="time").to_json())
+                      for info, side in ((ours, sides[0]), (theirs, sides[1])))  # fmt: skip
+        records = duet_row(specs, sides, work, turns, settings.timeout_s or settings.profile.timeout_s, first=p)
+        for side, record in zip(("ours", "theirs"), records):
+            for metric in samples[side]:
+                samples[side][metric].append(record[metric])
+    return PeerDuet(peer=theirs.id, seconds=turns.seconds, pairs=pairs, ours=samples["ours"], theirs=samples["theirs"])

@@ -18,6 +18,19 @@ SCHEMA_VERSION = 2
 READABLE_VERSIONS = (1, 2)
 
 
+class PeerDuet(BaseModel):
+    """A row timed in lock-step turns with the stack it replaces (harness/duet.py, `run --peer-duets`): run j of
+    process pair i of each side made next to each other, so their ratio is the comparison's figure."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    peer: str  # the other side's runner id (the row's peer)
+    seconds: float  # of turns per process pair
+    pairs: int  # process pairs
+    ours: dict[str, list[list[float]]]  # {metric: [[run values of pair 1], ...]}: this row's
+    theirs: dict[str, list[list[float]]]  # the peer's, run for run
+
+
 class Row(BaseModel):
     """One stack's outcome: measured metrics, or why it was skipped or failed."""
 
@@ -39,6 +52,7 @@ class Row(BaseModel):
     # Schema 2: every timed value, {metric: [[run values of trial 1], [trial 2], ...]}; empty in version 1 files.
     samples: dict[str, list[list[float]]] = Field(default_factory=dict)
     unstable: list[str] = Field(default_factory=list)  # metrics whose trials disagree beyond stats.UNSTABLE_CV
+    peer_duet: PeerDuet | None = None  # this row and its peer timed in turns (`run --peer-duets`), when asked
 
 
 class ResultFile(BaseModel):

@@ -95,6 +95,9 @@ def invalid_figures(row: Any) -> list[str]:
         return [*problems, f"metrics is {describe(metrics)}, not a map"]
     problems += [p for key, value in metrics.items() if (p := figure_problem(printable(str(key))[:100], value))]
     problems += [p for key in SAMPLE_FIELDS if key in data and (p := samples_problem(key, data[key]))]
+    duet = data.get("peer_duet")
+    if isinstance(duet, dict) and (p := samples_problem("peer_duet", {k: duet.get(k) for k in ("ours", "theirs")})):
+        problems.append(p)
     return problems
 
 

@@ -70,3 +70,28 @@ class Killed(Counting):
         import signal
 
         os.kill(os.getpid(), signal.SIGKILL)
+
+
+class PerToken(Counting):
+    """Spends a fixed time per generated token (busy, as computing would): a stack of a known speed."""
+
+    seconds_per_token = 0.001
+
+    def decode(self, n):
+        end = time.perf_counter() + n * self.seconds_per_token
+        while time.perf_counter() < end:
+            pass
+        return super().decode(n)
+
+
+class PerTokenHalfSpeed(PerToken):
+    seconds_per_token = 0.002
+
+
+class CrashWhenOnlyTimed(Counting):
+    """Runs its first trial (mode measure), then breaks in every process that only times (later trials, duets)."""
+
+    def load(self):
+        if self.spec.mode == "time":
+            raise RuntimeError("planted crash when only timed")
+        super().load()

@@ -125,3 +125,58 @@ def test_the_cli_exits_1_when_the_candidate_side_fails(tmp_path, plain):
 def test_bad_arguments_are_one_line_errors(tmp_path, args, message):
     out = cli("qwen2-tiny", *args, "--out", tmp_path / "out")
     assert out.returncode in (1, 2) and message in out.stdout + out.stderr and "Traceback" not in out.stdout + out.stderr
+
+
+# ---- peer duets: `run --peer-duets`, a Linnet row and the stack it replaces timed in turns --------------------------
+
+
+def peer_run(tmp_path, monkeypatch, theirs_cls: str):
+    from harness.bench import run_bench
+    from runners import RUNNERS, RunnerInfo
+
+    ours = RunnerInfo("fake-ours", "tests.fake_runners:PerToken", "ours", "PyTorch", peer="fake-theirs")
+    theirs = RunnerInfo("fake-theirs", f"tests.fake_runners:{theirs_cls}", "theirs", "PyTorch")
+    monkeypatch.setitem(RUNNERS, ours.id, ours)
+    monkeypatch.setitem(RUNNERS, theirs.id, theirs)
+    settings = BenchSettings(get_model("qwen2-tiny"), (ours, theirs), get_profile("quick"), "f32", "cpu", None, tmp_path,
+                             timeout_s=120, peer_duet_s=1.0)  # fmt: skip
+    return load_result(run_bench(settings))
+
+
+def test_a_peer_duet_times_the_row_in_turns_with_its_peer_and_the_page_compares_by_its_run_pairs(tmp_path, monkeypatch):
+    from harness.site.comparisons import DECODE, against_peer
+
+    result = peer_run(tmp_path, monkeypatch, "PerTokenHalfSpeed")
+    ours, theirs = result.rows
+    assert result.protocol["peer_duet_s"] == 1.0 and theirs.peer_duet is None
+    duet = ours.peer_duet
+    assert duet.peer == "fake-theirs" and duet.pairs == 2 and len(duet.ours["decode_tok_s"]) == 2
+    assert [len(t) for t in duet.ours["decode_tok_s"]] == [len(t) for t in duet.theirs["decode_tok_s"]]
+    comparison = against_peer(ours, result.rows)
+    assert comparison.in_turns and comparison.metric == DECODE
+    low, high = comparison.interval
+    assert 1.5 < low <= comparison.ratio <= high < 2.5  # twice the speed, busy-waited
+    assert comparison.interval_text.endswith(", timed in turns")
+
+
+def test_a_peer_duet_that_fails_is_a_note_and_the_row_keeps_its_trials(tmp_path, monkeypatch):
+    from harness.site.comparisons import against_peer
+
+    result = peer_run(tmp_path, monkeypatch, "CrashWhenOnlyTimed")
+    ours = result.rows[0]
+    assert ours.status == "ok" and ours.peer_duet is None
+    assert any(n.startswith("not timed in turns with fake-theirs: the theirs side") and "planted crash" in n for n in ours.notes)
+    assert against_peer(ours, result.rows).in_turns is False
+
+
+@pytest.mark.parametrize("bad", [float("nan"), -1.0, float("inf"), "fast", [[1.0]]])
+def test_a_peer_duet_holding_a_bad_figure_is_an_invalid_row(bad):
+    from harness.results import Row
+    from harness.validate import invalid_figures
+
+    duet = {"peer": "transformers", "seconds": 1.0, "pairs": 1, "ours": {"decode_tok_s": [[10.0, bad]]},
+            "theirs": {"decode_tok_s": [[5.0, 6.0]]}}  # fmt: skip
+    data = {"runner": "linnet-torch", "label": "x", "group": "PyTorch", "status": "ok", "metrics": {}, "peer_duet": duet}
+    assert any("peer_duet" in p for p in invalid_figures(data))
+    if isinstance(bad, float):
+        assert any("peer_duet" in p for p in invalid_figures(Row(**data)))

@@ -83,6 +83,7 @@ class Comparison:
     ratio: float  # how many times better ours is (see advantage)
     as_change: bool  # written as a percentage change rather than a multiple
     interval: tuple[float, float] | None = None  # the ratio's 95% interval, when both rows kept trials' samples
+    in_turns: bool = False  # ratio and interval from the rows' peer duet (run pairs timed in turns), not their trials
 
     @property
     def clear(self) -> bool:
@@ -95,9 +96,10 @@ class Comparison:
         if self.interval is None:
             return None
         low, high = self.interval
+        turns = ", timed in turns" if self.in_turns else ""
         if self.as_change:
-            return f"95% CI {numbers.change(low)} to {numbers.change(high)}"
-        return f"95% CI {numbers.times(low).rstrip('×')}–{numbers.times(high)}"
+            return f"95% CI {numbers.change(low)} to {numbers.change(high)}{turns}"
+        return f"95% CI {numbers.times(low).rstrip('×')}–{numbers.times(high)}{turns}"
 
     @property
     def verdict(self) -> str:
@@ -133,8 +135,26 @@ def advantage_interval(ours: Row, theirs: Row, metric: Metric) -> tuple[float, f
 
 
 def compare(ours: Row, theirs: Row, metric: Metric, as_change: bool) -> Comparison:
+    if (in_turns := duet_advantage(ours, theirs, metric)) is not None:
+        ratio, low, high = in_turns
+        return Comparison(metric, ours, theirs, ratio, as_change, (low, high), in_turns=True)
     ratio = advantage(metric.ratio_of(ours), metric.ratio_of(theirs), metric)
     return Comparison(metric, ours, theirs, ratio, as_change, advantage_interval(ours, theirs, metric))
+
+
+def duet_advantage(ours: Row, theirs: Row, metric: Metric) -> tuple[float, float, float] | None:
+    """(advantage, low, high) from the row's peer duet with `theirs` (stats.run_pair_ratio_interval: the median of
+    the run pairs' ratios), when it has one for this metric; None otherwise."""
+    duet = ours.peer_duet
+    if duet is None or duet.peer != theirs.runner or metric.key not in duet.ours or metric.key not in duet.theirs:
+        return None
+    a, b = duet.ours[metric.key], duet.theirs[metric.key]
+    if [len(t) for t in a] != [len(t) for t in b] or not stats.pooled(a) or min(stats.pooled(a) + stats.pooled(b)) <= 0:
+        return None
+    middle, low, high = stats.ratio_interval(a, b, paired=True, run_pairs=True)
+    if not metric.higher_is_better:  # a time: the advantage is theirs / ours
+        middle, low, high = 1 / middle, 1 / high, 1 / low
+    return (middle, low, high) if all(math.isfinite(x) and x > 0 for x in (middle, low, high)) else None
 
 
 def advantage(ours: float, theirs: float, metric: Metric) -> float:

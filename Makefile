@@ -31,20 +31,22 @@ browser:
 
 # The CI regression gate (.ci/gate): the baseline commit (GATE_BASE, default HEAD's first parent) in a git worktree
 # against this checkout on GATE_RUNNERS (qwen2-tiny, synthetic weights, f32, CPU, the `gate` profile). Fails at once on
-# a wrong answer; then times both sides in lock-step turns (`linnet-bench duet`: GATE_PAIRS process pairs per row,
-# GATE_SECONDS of turns each) and fails when a row's 95% interval of candidate/baseline lies wholly beyond a 5% slowdown
-# (harness/check.py GATE_THRESHOLDS). About 7 minutes on a 2-core machine.
+# a wrong answer; then times both sides in lock-step turns (`linnet-bench duet`: process pairs of GATE_SECONDS of turns,
+# GATE_PAIRS per row at least and more while a row has taken under GATE_ROW_SECONDS) and fails when a row's 95%
+# interval of candidate/baseline lies wholly beyond a 5% slowdown (harness/check.py GATE_THRESHOLDS). About 9 minutes
+# on a 2-core machine.
 # `make gate-power` measures how often it catches a planted 15% slowdown and passes unchanged code.
 GATE_RUNNERS := transformers transformers-compiled linnet-torch linnet-inductor linnet-jax linnet-ort-f32
 GATE_PAIRS ?= 2
 GATE_SECONDS ?= 6
+GATE_ROW_SECONDS ?= 45
 GATE_BASE ?= HEAD^1
 
 gate: setup
-	GATE_BASE="$(GATE_BASE)" PY="$(abspath $(PY))" .ci/gate $(GATE_PAIRS) $(GATE_SECONDS) $(GATE_RUNNERS)
+	GATE_BASE="$(GATE_BASE)" PY="$(abspath $(PY))" .ci/gate $(GATE_PAIRS) $(GATE_SECONDS) $(GATE_ROW_SECONDS) $(GATE_RUNNERS)
 
 gate-power: setup
-	PY="$(abspath $(PY))" scripts/gate-power.sh $(GATE_PAIRS) $(GATE_SECONDS) $(GATE_RUNNERS)
+	PY="$(abspath $(PY))" scripts/gate-power.sh $(GATE_PAIRS) $(GATE_SECONDS) $(GATE_ROW_SECONDS) $(GATE_RUNNERS)
 
 # On a lent GPU machine: the one-shot suite (see scripts/gpu-suite.sh).
 gpu:

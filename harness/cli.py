@@ -177,7 +177,8 @@ def duet_command(
     profile: str = typer.Option("gate", help=f"one of {', '.join(PROFILES)}: prompt, new tokens, warm-ups"),
     dtype: str = typer.Option("f32", help="f32, f16 or bf16"),
     device: str = typer.Option("cpu", help="cpu or cuda"),
-    pairs: int = typer.Option(2, min=1, max=20, help="process pairs per row (each side a fresh process), round robin over the rows"),
+    pairs: int = typer.Option(2, min=1, max=8, help="process pairs per row at least (each side a fresh process), round robin over the rows"),
+    row_seconds: float = typer.Option(0.0, min=0, max=3600, help="more process pairs (up to 8) while a row has taken less than this, loads included"),
     seconds: float = typer.Option(15.0, min=0.1, max=3600, help="seconds of turns per process pair (at least 10 runs a side)"),
     timeout: Optional[float] = typer.Option(None, help="seconds a process pair may take (default: the profile's)"),
     seed: int = typer.Option(0, help="seed of the prompt and synthetic weights"),
@@ -206,7 +207,7 @@ def duet_command(
     settings = BenchSettings(get_model(model), chosen, get_profile(profile), dtype, device, None, out, seed, timeout, 1)
     with tempfile.TemporaryDirectory(prefix="linnet-duet-") as scratch:
         paths, failures = run_duet(settings, (sides[0], sides[1]), pairs, Turns(seconds), Path(scratch), out,
-                                   lambda text: console.print(f"duet: {text}", highlight=False))  # fmt: skip
+                                   lambda text: console.print(f"duet: {text}", highlight=False), row_seconds)  # fmt: skip
     for name, path in paths.items():
         console.print(f"{name}: {path}")
     for failure in failures:

@@ -196,21 +196,32 @@ class RowDuet:
         return row
 
 
+# The most process pairs a row gets however quickly it loads.
+MAX_PAIRS = 8
+
+
 def run_duet(settings: BenchSettings, sides: tuple[Side, Side], pairs: int, turns: Turns, scratch: Path,
-             out_dir: Path, progress: Callable[[str], None] = lambda s: None) -> tuple[dict[str, Path], list[DuetFailed]]:  # fmt: skip
-    """Duets every row of the settings between the two sides, `pairs` process pairs each (round robin over the
-    rows), taking `turns` each; writes OUT_DIR/<side name>.json. Returns those paths and the rows' failures. The
+             out_dir: Path, progress: Callable[[str], None] = lambda s: None,
+             row_seconds: float = 0.0) -> tuple[dict[str, Path], list[DuetFailed]]:  # fmt: skip
+    """Duets every row of the settings between the two sides, at least `pairs` process pairs each, and more (up to
+    MAX_PAIRS) while the row has taken under `row_seconds` in all, loads included (round robin over the rows), taking
+    `turns` each. More pairs are what narrows an interval: two processes of the same code differ by a few percent
+    (where their memory landed, say) even in turns, and only more of them average that out; a row that loads in
+    seconds gets them cheaply, one that compiles for half a minute keeps the minimum.
+    Writes OUT_DIR/<side name>.json. writes OUT_DIR/<side name>.json. Returns those paths and the rows' failures. The
     checkpoint, prompt and workload are the driver's, alike for both sides. A row whose process pair fails is failed
     on the side that failed and skipped (not timed) on the other."""
     ckpt, weights = checkpoint_for(settings.model, settings.weights, settings.seed)
     base_spec = spec_fields(settings, ckpt)
     duets = {info.id: RowDuet(info) for info in settings.runners}
-    for p in range(pairs):
+    spent = {info.id: 0.0 for info in settings.runners}  # each row's seconds so far, loads included
+    for p in range(MAX_PAIRS):
         for info in settings.runners:
             duet = duets[info.id]
-            if duet.failure:
+            if duet.failure or (p >= pairs and spent[info.id] >= row_seconds):
                 continue
-            progress(f"{info.id}: process pair {p + 1} of {pairs}")
+            started = time.monotonic()
+            progress(f"{info.id}: process pair {p + 1}")
             spec = trial_spec(settings, info, base_spec, scratch / info.id / f"pair-{p + 1}", mode="time")
             work = spec.work
             work.mkdir(parents=True, exist_ok=True)
@@ -225,11 +236,12 @@ def run_duet(settings: BenchSettings, sides: tuple[Side, Side], pairs: int, turn
                 duet.add(side.name, record)
             if records[0]["tokens"] != records[1]["tokens"] and not duet.tokens_differ:
                 duet.tokens_differ = "the two sides' greedy tokens differ"
+            spent[info.id] += time.monotonic() - started
     created_at, run_id = run_id_now()
     paths = {}
     for side in sides:
         result: ResultFile = new_result(settings, weights, environment.machine(), created_at, run_id)
-        result.protocol.update(duet={"pairs": pairs, "seconds": turns.seconds, "side": side.name,
+        result.protocol.update(duet={"pairs": pairs, "row_seconds": row_seconds, "seconds": turns.seconds, "side": side.name,
                                      "checkouts": {s.name: str(s.checkout) for s in sides}})  # fmt: skip
         result.architecture = architecture(settings.model.config)
         result.rows = [duets[info.id].row(side.name) for info in settings.runners]

@@ -4,7 +4,9 @@
 # against HEAD with a planted 15% slowdown of linnet-torch's decode (every decode call then spins for 17.6% of its own
 # time, so decode tok/s is 1/1.176 = 0.85 of the truth), in turn, and writes what happened to results/gate-power/<time>.txt
 # (JSON text; not .json, which `site` and `check` would read as a bench result file).
-#   scripts/gate-power.sh PAIRS SECONDS RUNNER...     (`make gate-power`; GATE_POWER_REPEATS, default 20)
+#   scripts/gate-power.sh PAIRS SECONDS ROW_SECONDS RUNNER...   (`make gate-power`; GATE_POWER_REPEATS, default 20)
+# The planted gates go first, then the unchanged ones; the file is rewritten after every gate, so a run cut short
+# keeps what it measured.
 # The planted gates time only linnet-torch: each row of a duet is its own process pairs, so whether the planted row is
 # caught does not depend on the other rows, and the unchanged gates (every row) measure how often a row fails falsely.
 # The answer check (.ci/gate's first half) judges no speed and is left out; a whole gate's time is in CI's log.
@@ -16,7 +18,9 @@ repeats=${GATE_POWER_REPEATS:-20}
 py=${PY:-$root/.venv/bin/python}
 pairs=$1
 seconds=$2
-shift 2
+row_seconds=$3
+shift 3
+runner_list="$*"
 runners=()
 for r in "$@"; do runners+=(--runner "$r"); done
 tmp=$(mktemp -d)
@@ -51,19 +55,17 @@ one() {  # $1: same|slow, $2: repeat number, then the runner options
     local dir="$tmp/runs/$kind-$i"
     {
         bench duet qwen2-tiny --baseline-checkout "$tmp/base" --candidate-checkout "$tmp/$kind" "$@" \
-            --pairs "$pairs" --seconds "$seconds" --out "$dir" &&
+            --pairs "$pairs" --seconds "$seconds" --row-seconds "$row_seconds" --out "$dir" &&
             bench check "$dir/candidate.json" --baseline "$dir/baseline.json" --gate --json "$dir/report.json"
     } >"$dir.log" 2>&1 || status=$?
     echo "$kind $i exit=$status $((SECONDS - start))" >>"$tmp/runs/index"
     echo "gate-power: $kind $i: exit $status in $((SECONDS - start)) s: $(tail -n 1 "$dir.log")"
 }
 
-for i in $(seq "$repeats"); do
-    one same "$i" "${runners[@]}"
-    one slow "$i" --runner linnet-torch
-    "$py" - "$tmp/runs" "$out" "$repeats" "$pairs" "$seconds" "$*" <<'TALLY'
+tally() {
+    "$py" - "$tmp/runs" "$out" "$repeats" "$pairs" "$seconds" "$row_seconds" "$runner_list" <<'TALLY'
 import datetime, json, os, pathlib, subprocess, sys
-runs_dir, out, repeats, pairs, seconds, args = pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), float(sys.argv[5]), sys.argv[6].split()
+runs_dir, out, repeats, pairs, seconds, row_seconds, args = pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), float(sys.argv[5]), float(sys.argv[6]), sys.argv[7].split()
 gates = []
 for line in (runs_dir / "index").read_text().splitlines():
     kind, i, status, secs = line.split()
@@ -89,12 +91,21 @@ commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=
 out.write_text(json.dumps({
     "what": "scripts/gate-power.sh: the gate's duet and check on unchanged code (every gate row) and on a planted 15% "
             "decode slowdown of linnet-torch (that row)",
-    "commit": commit, "pairs": pairs, "seconds": seconds, "runners": args, "repeats_planned": repeats,
+    "commit": commit, "pairs": pairs, "seconds": seconds, "row_seconds": row_seconds, "runners": args, "repeats_planned": repeats,
     "finished_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
     "load_average_1_5_15_min": [round(x, 1) for x in os.getloadavg()],  # other work on the machine
     "summary": summary, "gates": gates,
 }, indent=2) + "\n")
 print("gate-power:", json.dumps(summary))
 TALLY
+}
+
+for i in $(seq "$repeats"); do
+    one slow "$i" --runner linnet-torch
+    tally
+done
+for i in $(seq "$repeats"); do
+    one same "$i" "${runners[@]}"
+    tally
 done
 echo "gate-power: wrote $out"

@@ -548,7 +548,7 @@ def gate_script(tmp_path, runs: tuple[ResultFile, ResultFile], duet: tuple[Resul
     py.write_text(f"#!/bin/sh\nexec {sys.executable} {tmp_path / 'fake_py.py'} {queue} {ROOT} \"$@\"\n")
     py.chmod(0o755)
     env = {"PATH": "/usr/bin:/bin", "PY": str(py), "HOME": str(tmp_path), "GATE_BASE": "HEAD", "GATE_OUT": str(tmp_path / "out")}
-    out = subprocess.run([str(ROOT / ".ci" / "gate"), "2", "10", *gate_runners()],
+    out = subprocess.run([str(ROOT / ".ci" / "gate"), "2", "10", "45", *gate_runners()],
                          capture_output=True, text=True, env=env, timeout=300)  # fmt: skip
     calls = (queue / "runs.log").read_text().splitlines() if (queue / "runs.log").exists() else []
     return out, calls
@@ -592,7 +592,7 @@ def test_the_gate_script_checks_answers_then_duets_the_rows_and_passes_unchanged
     assert "PASS" in out.stdout.strip().splitlines()[-1]
     assert [c.split()[:2] for c in calls] == [["baseline", "run"], ["candidate", "run"], ["candidate", "duet"]]
     assert "--profile gate --device cpu --dtype f32 --trials 1" in calls[0]
-    assert " ".join(f"--runner {r}" for r in gate_runners()) in calls[0] and calls[2].endswith("--pairs 2 --seconds 10 --out " + str(tmp_path / "out" / "duet"))
+    assert " ".join(f"--runner {r}" for r in gate_runners()) in calls[0] and calls[2].endswith("--pairs 2 --seconds 10 --row-seconds 45 --out " + str(tmp_path / "out" / "duet"))
     assert (tmp_path / "out" / "report.json").exists()
 
 

@@ -180,3 +180,15 @@ def test_a_peer_duet_holding_a_bad_figure_is_an_invalid_row(bad):
     assert any("peer_duet" in p for p in invalid_figures(data))
     if isinstance(bad, float):
         assert any("peer_duet" in p for p in invalid_figures(Row(**data)))
+
+
+def test_a_row_that_loads_quickly_gets_more_process_pairs_within_its_seconds(tmp_path, plain):
+    from harness.duet import MAX_PAIRS
+
+    settings = BenchSettings(get_model("qwen2-tiny"), (get_runner("linnet-torch"),), get_profile("gate"), "f32", "cpu",
+                             None, tmp_path / "out", timeout_s=300)  # fmt: skip
+    paths, failures = run_duet(settings, (Side("baseline", plain), Side("candidate", ROOT)), 1, Turns(0.5, least=10),
+                               tmp_path / "scratch", tmp_path / "out", row_seconds=15)  # fmt: skip
+    pairs = len(load_result(paths["candidate"]).rows[0].samples["decode_tok_s"])
+    assert failures == [] and 2 <= pairs <= MAX_PAIRS
+    assert load_result(paths["candidate"]).protocol["duet"]["row_seconds"] == 15

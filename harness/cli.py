@@ -21,8 +21,8 @@ from harness.bench import BenchSettings, Display, run_bench
 from harness.memory import nvml_handles
 from harness.registry import MODELS, get_model
 from harness.results import Row, load_result, write_result
-from harness.validate import printable
 from harness.site.context import machine_name
+from harness.validate import printable
 from harness.workload import PROFILES, get_profile
 from linnet_core.dtypes import NAMES as DTYPES
 from linnet_core.errors import UserError, run_cli

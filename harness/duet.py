@@ -8,9 +8,10 @@ al. 2020 "duet benchmarking" run the two at once; turns are the same idea for a 
 
 A duet of a row: each side is a child process (harness/duet_side.py) that loads the row and warms up; then the driver
 lets them run one timed run at a time, A B, B A, A B, ... (who goes first alternates, so neither always follows the
-other), for a set time (Turns). `pairs` process pairs per row, round robin over the rows. Each side's samples are
-{metric: [[runs of process pair 1], [pair 2], ...]}, run i of one side made next to run i of the other, and the two
-sides go into two ordinary result files that `check --paired` compares (stats.ratio_interval pairs the runs too).
+other), for a set time (Turns); a few fresh process pairs per row (run_duet), round robin over the rows. Each
+side's samples are {metric: [[runs of process pair 1], [pair 2], ...]}, run i of one side made next to run i of the
+other, and the two sides go into two ordinary result files that `check --paired` compares by the ratios of the run
+pairs (stats.run_pair_ratio_interval).
 
 The gate (.ci/gate) duets the baseline commit's checkout against the candidate's, row by row; the stopwatch and the
 spec are the driver's (the candidate's), the runners and engines each side's own."""
@@ -121,10 +122,10 @@ def start_side(side: Side, spec_path: Path, work: Path, python: str) -> Child:
 
 def duet_row(specs: tuple[dict, dict], sides: tuple[Side, Side], work: Path, turns: Turns, timeout: float, first: int = 0,
              python: str = sys.executable) -> tuple[dict, dict]:  # fmt: skip
-    """One process pair: side i runs specs[i] (one row in two checkouts, or two rows in one); both load and warm up (within `timeout` seconds), then take turns (as many as
-    `turns` allows; a run that takes `timeout` is hung). Returns each side's record ({ttft_ms, decode_tok_s: [run
-    values], tokens, peak_rss_bytes}); DuetFailed if either cannot be timed. `first`: which side goes first in the
-    first pair (then it alternates)."""
+    """One process pair: side i runs specs[i] (one row in two checkouts, or two rows in one). Both load and warm up
+    (within `timeout` seconds), then take turns (as many as `turns` allows; a run that takes `timeout` is hung).
+    Returns each side's record ({ttft_ms, decode_tok_s: [run values], tokens, peak_rss_bytes}); DuetFailed if either
+    cannot be timed. `first`: which side goes first in the first pair (then it alternates)."""
     children = []
     try:
         for spec, side in zip(specs, sides):
@@ -207,10 +208,9 @@ def run_duet(settings: BenchSettings, sides: tuple[Side, Side], pairs: int, turn
     MAX_PAIRS) while the row has taken under `row_seconds` in all, loads included (round robin over the rows), taking
     `turns` each. More pairs are what narrows an interval: two processes of the same code differ by a few percent
     (where their memory landed, say) even in turns, and only more of them average that out; a row that loads in
-    seconds gets them cheaply, one that compiles for half a minute keeps the minimum.
-    Writes OUT_DIR/<side name>.json. writes OUT_DIR/<side name>.json. Returns those paths and the rows' failures. The
-    checkpoint, prompt and workload are the driver's, alike for both sides. A row whose process pair fails is failed
-    on the side that failed and skipped (not timed) on the other."""
+    seconds gets them cheaply, one that compiles for half a minute keeps the minimum. Writes OUT_DIR/<side name>.json;
+    returns those paths and the rows' failures. The checkpoint, prompt and workload are the driver's, alike for both
+    sides. A row whose process pair fails is failed on the side that failed and skipped (not timed) on the other."""
     ckpt, weights = checkpoint_for(settings.model, settings.weights, settings.seed)
     base_spec = spec_fields(settings, ckpt)
     duets = {info.id: RowDuet(info) for info in settings.runners}
@@ -249,7 +249,6 @@ def run_duet(settings: BenchSettings, sides: tuple[Side, Side], pairs: int, turn
         paths[side.name] = out_dir / f"{side.name}.json"
         write_result(result, paths[side.name])
     return paths, [d.failure for d in duets.values() if d.failure]
-
 
 
 def peer_duet(settings: BenchSettings, ours: RunnerInfo, theirs: RunnerInfo, base_spec: dict, scratch: Path, pairs: int,

@@ -82,11 +82,11 @@ def ratio_interval(a: Trials, b: Trials, paired: bool = False, run_pairs: bool =
     both halves of a pair cancels; the sides then need the same number of trials. run_pairs (a duet: run j of trial i
     of a made next to run j of trial i of b, harness/duet.py): see run_pair_ratio_interval."""
     ta, tb = clean(a), clean(b)
-    rng = np.random.default_rng(SEED)
     if run_pairs:
         if [len(x) for x in ta] != [len(x) for x in tb]:
             raise ValueError("run pairs need as many runs in each trial on both sides")
         return run_pair_ratio_interval(ta, tb)
+    rng = np.random.default_rng(SEED)
     if paired:
         if len(ta) != len(tb):
             raise ValueError(f"paired samples need as many trials on both sides, not {len(ta)} and {len(tb)}")

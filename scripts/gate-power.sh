@@ -38,8 +38,8 @@ class Runner(_Measured):  # planted by scripts/gate-power.sh: decode 15% slower
     def decode(self, n):
         start = _time.perf_counter()
         out = super().decode(n)
-        # busy, as more computing would be: a sleep lets the core idle and the next call start cold, which the
-        # duet measured as a 16-27% slowdown instead of 15%
+        # busy, as more computing would be: a sleep lets the core idle and the next call start cold, and the
+        # duet then measured well more than 15% (in a first, uncommitted run)
         end = _time.perf_counter() + (_time.perf_counter() - start) * (1 / 0.85 - 1)
         while _time.perf_counter() < end:
             pass

@@ -5,6 +5,8 @@
 # time, so decode tok/s is 1/1.176 = 0.85 of the truth), in turn, and writes what happened to results/gate-power/<time>.txt
 # (JSON text; not .json, which `site` and `check` would read as a bench result file).
 #   scripts/gate-power.sh PAIRS SECONDS ROW_SECONDS RUNNER...   (`make gate-power`; GATE_POWER_REPEATS, default 20)
+# GATE_POWER_PLANTED and GATE_POWER_UNCHANGED set each kind's count apart (default: REPEATS), e.g. to add unchanged
+# gates to an earlier file's count without repeating its planted ones.
 # The planted gates go first, then the unchanged ones; the file is rewritten after every gate, so a run cut short
 # keeps what it measured.
 # The planted gates time only linnet-torch: each row of a duet is its own process pairs, so whether the planted row is
@@ -15,6 +17,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
 repeats=${GATE_POWER_REPEATS:-20}
+planted=${GATE_POWER_PLANTED:-$repeats}
+unchanged=${GATE_POWER_UNCHANGED:-$repeats}
 py=${PY:-$root/.venv/bin/python}
 pairs=$1
 seconds=$2
@@ -63,9 +67,9 @@ one() {  # $1: same|slow, $2: repeat number, then the runner options
 }
 
 tally() {
-    "$py" - "$tmp/runs" "$out" "$repeats" "$pairs" "$seconds" "$row_seconds" "$runner_list" <<'TALLY'
+    "$py" - "$tmp/runs" "$out" "$planted $unchanged" "$pairs" "$seconds" "$row_seconds" "$runner_list" <<'TALLY'
 import datetime, json, os, pathlib, subprocess, sys
-runs_dir, out, repeats, pairs, seconds, row_seconds, args = pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), float(sys.argv[5]), float(sys.argv[6]), sys.argv[7].split()
+runs_dir, out, repeats, pairs, seconds, row_seconds, args = pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2]), sys.argv[3].split(), int(sys.argv[4]), float(sys.argv[5]), float(sys.argv[6]), sys.argv[7].split()
 gates = []
 for line in (runs_dir / "index").read_text().splitlines():
     kind, i, status, secs = line.split()
@@ -91,7 +95,7 @@ commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=
 out.write_text(json.dumps({
     "what": "scripts/gate-power.sh: the gate's duet and check on unchanged code (every gate row) and on a planted 15% "
             "decode slowdown of linnet-torch (that row)",
-    "commit": commit, "pairs": pairs, "seconds": seconds, "row_seconds": row_seconds, "runners": args, "repeats_planned": repeats,
+    "commit": commit, "pairs": pairs, "seconds": seconds, "row_seconds": row_seconds, "runners": args, "repeats_planned": {"planted": int(repeats[0]), "unchanged": int(repeats[1])},
     "finished_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
     "load_average_1_5_15_min": [round(x, 1) for x in os.getloadavg()],  # other work on the machine
     "summary": summary, "gates": gates,
@@ -100,11 +104,11 @@ print("gate-power:", json.dumps(summary))
 TALLY
 }
 
-for i in $(seq "$repeats"); do
+for i in $(seq "$planted"); do
     one slow "$i" --runner linnet-torch
     tally
 done
-for i in $(seq "$repeats"); do
+for i in $(seq "$unchanged"); do
     one same "$i" "${runners[@]}"
     tally
 done

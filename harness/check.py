@@ -52,8 +52,8 @@ class Thresholds:
 # judged by the interval of their run pairs' ratios). A row regresses when the whole 95% interval of its
 # candidate/baseline ratio is a slowdown beyond 5%: unchanged code's interval reaches that far below 1 only by a miss of
 # its interval by more than 5%, while a 15% slowdown's interval lies beyond 5% once its half-width is under 10% (a
-# duet's is 1-7% on this machine). scripts/gate-power.sh measures both: 20 of 20 planted 15% slowdowns
-# caught, 8 of 8 unchanged gates passed (results/gate-power/20261203T151935Z.txt). Memory: 10%, peak RSS of
+# duet's is 1-8% on this machine). scripts/gate-power.sh measures both: 20 of 20 planted 15% slowdowns
+# caught, 20 of 20 unchanged gates passed (results/gate-power/20261203T151935Z.txt, 20261203T171202Z.txt). Memory: 10%, peak RSS of
 # each side's own process. Times of a few milliseconds (a Linnet row's TTFT on the test model) move with every
 # interrupt, so the gate judges only times of 50 ms or more.
 GATE_THRESHOLDS = Thresholds(speed=0.05, memory=0.10, min_seconds=0.05)

@@ -185,7 +185,8 @@ def render_logits_int8(op: Op) -> str:
 
 def render_embed_int8(op: Op) -> str:
     w = f"self.{attr(op.weights[0])}"
-    return f"{py(op.out[0])} = embedding_int8({py(op.inputs[0])}, {w}, {w}_scales)"
+    scale = f" * {op.attrs['scale']!r}" if "scale" in op.attrs else ""  # as render_embed
+    return f"{py(op.out[0])} = embedding_int8({py(op.inputs[0])}, {w}, {w}_scales){scale}"
 
 
 def render_argmax(op: Op) -> str:

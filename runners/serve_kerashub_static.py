@@ -57,8 +57,11 @@ class Runner(base.ServingRunner):
         mask[:, 0] = True
         for i, (prompt, _) in enumerate(requests):
             ids[i, : len(prompt)], mask[i, : len(prompt)] = prompt, True
+        # the compiled function generate() wraps: generate() then concatenates every output key, and Gemma 3's
+        # include "images": None, which it cannot (the token ids are the same either way)
+        generate = self.lm.make_generate_function()
         with jax.default_device(self.device):
-            out = np.asarray(self.lm.generate({"token_ids": ids, "padding_mask": mask}, stop_token_ids=None)["token_ids"])
+            out = np.asarray(generate({"token_ids": ids, "padding_mask": mask}, stop_token_ids=None)["token_ids"])
         return [out[i, len(p) : len(p) + n].tolist() for i, (p, n) in enumerate(requests)]
 
     async def stop(self):

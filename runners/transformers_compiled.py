@@ -25,7 +25,10 @@ class Runner(base.Runner):
         self.cache = StaticCache(config=self.model.config, max_cache_len=self.spec.max_positions)
         # "reduce-overhead" adds CUDA graphs on a GPU; on a CPU inductor's default mode is the fast one.
         mode = "reduce-overhead" if self.spec.device == "cuda" else None
-        self.decode_forward = torch.compile(self.model.forward, mode=mode, fullgraph=True, dynamic=False)
+        # dynamic=None, not False: the decode step's shapes are fixed anyway, but a sliding-window layer (Gemma 3)
+        # keeps its offset as a Python int that changes every step once the window is full; specialized, that
+        # recompiles each step until the recompile limit fails the run, while None makes it symbolic after one
+        self.decode_forward = torch.compile(self.model.forward, mode=mode, fullgraph=True, dynamic=None)
         self.notes.append(f"static cache of {self.spec.max_positions} positions; decode step compiled on first call")
 
     def forward(self, ids: torch.Tensor, start: int) -> torch.Tensor:

@@ -26,7 +26,9 @@ TWINS = ("llama-tiny", "qwen3-tiny", "gemma3-tiny")  # qwen2-tiny's rows are the
 # Every single-request row that runs on a CPU; the serving rows' engines are test_serve_backends' subject.
 ROWS = ["linnet-torch", "linnet-inductor", "linnet-jax", "linnet-stablehlo", "linnet-ort-f32", "linnet-ort-f16",
         "llamacpp-linnet-gguf", "kerashub", "transformers-compiled"]  # fmt: skip
-SLOW_ROWS = {"linnet-inductor": ("qwen3-tiny",), "transformers-compiled": ("llama-tiny",)}  # compiles: one twin each
+# compiles: one twin each, and Gemma 3 for transformers compiled (its sliding-window offset once made it recompile
+# every step past the window, until the recompile limit failed the row)
+SLOW_ROWS = {"linnet-inductor": ("qwen3-tiny",), "transformers-compiled": ("llama-tiny", "gemma3-tiny")}
 PEERS = {"kerashub", "transformers-compiled"}
 MAY_SKIP = {"kerashub", "llamacpp-linnet-gguf"}  # may lack the architecture (the reason says so)
 # Rows measured beyond their bound whose cause is not found yet: they must stay beyond it (else the test fails and
@@ -150,9 +152,10 @@ def test_every_linnet_row_matches_transformers_on_each_twin(model, row, referenc
     tokens, logits = references[model]
     if not row.endswith("-f16"):  # f16 rounding may flip a near tie; its distance is bounded below
         assert greedy(runner, spec) == tokens
+    # scored for every row: the probe's 256 single steps run a peer's decode path well past a sliding window too
+    distance = float(abs(runner.score(spec.probe, spec.probe_prefill) - logits).max())
     if row in PEERS:
         return  # a peer is measured against transformers, not held to Linnet's bound
-    distance = float(abs(runner.score(spec.probe, spec.probe_prefill) - logits).max())
     if (model, row) in KNOWN_GAPS:
         pytest.xfail(KNOWN_GAPS[model, row]) if distance > tolerance(row, "f32", model) else pytest.fail(
             f"{row} on {model} is within its bound ({distance:.2g}): take it out of KNOWN_GAPS")

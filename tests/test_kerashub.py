@@ -36,3 +36,16 @@ def test_the_kerashub_row_is_measured_with_a_distance(tiny, tmp_path):
     assert 0 < row.distance <= 1e-4
     assert row.metrics["decode_tok_s"] > 0
     assert any("split at the first token" in n for n in row.notes)
+
+
+def test_the_kerashub_serving_row_serves_gemma3(tmp_path, private_cache):
+    """KerasHub's generate() fails on Gemma 3 when it gathers its outputs (their "images" is None); the row calls
+    the compiled generate function under it, and its greedy tokens are the reference's."""
+    from harness.registry import get_model
+
+    runners = (RUNNERS["transformers"], RUNNERS["serve-kerashub-static"])
+    settings = BenchSettings(get_model("gemma3-tiny"), runners, get_profile("quick"), "f32", "cpu", None, tmp_path)
+    row = next(r for r in load_result(run_bench(settings)).rows if r.runner == "serve-kerashub-static")
+    assert row.status == "ok", row.reason
+    assert row.metrics["serving_tok_s"] > 0
+    assert row.tokens_agree >= 1 and not any("greedy tokens follow" in n for n in row.notes), row.notes

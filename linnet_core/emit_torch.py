@@ -109,9 +109,13 @@ def joint_rope(ops: list[Op]) -> list[Op]:
 # One render function per op kind: op -> the line (or lines) of forward it becomes, without the shape comment.
 
 
+def embed_scale(op: Op) -> str:
+    """What an embedding lookup's rows are multiplied by, as source: Gemma scales them by sqrt(hidden)."""
+    return f" * {op.attrs['scale']!r}" if "scale" in op.attrs else ""
+
+
 def render_embed(op: Op) -> str:
-    scale = f" * {op.attrs['scale']!r}" if "scale" in op.attrs else ""  # Gemma: scaled by sqrt(hidden)
-    return f"{py(op.out[0])} = F.embedding({py(op.inputs[0])}, self.{attr(op.weights[0])}){scale}"
+    return f"{py(op.out[0])} = F.embedding({py(op.inputs[0])}, self.{attr(op.weights[0])}){embed_scale(op)}"
 
 
 def render_rms_norm(op: Op) -> str:
@@ -185,8 +189,7 @@ def render_logits_int8(op: Op) -> str:
 
 def render_embed_int8(op: Op) -> str:
     w = f"self.{attr(op.weights[0])}"
-    scale = f" * {op.attrs['scale']!r}" if "scale" in op.attrs else ""  # as render_embed
-    return f"{py(op.out[0])} = embedding_int8({py(op.inputs[0])}, {w}, {w}_scales){scale}"
+    return f"{py(op.out[0])} = embedding_int8({py(op.inputs[0])}, {w}, {w}_scales){embed_scale(op)}"
 
 
 def render_argmax(op: Op) -> str:

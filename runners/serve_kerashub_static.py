@@ -23,6 +23,9 @@ class Runner(base.ServingRunner):
 
     def load(self):
         self.device, self.lm = load_causal_lm(self)
+        # the compiled function generate() wraps: generate() then concatenates every output key, and Gemma 3's
+        # include "images": None, which it cannot (the token ids are the same either way)
+        self.generate_batch = self.lm.make_generate_function()
         self.notes.append(f"static batches of {self.rows} rows x {self.max_positions} positions: every batch runs to the "
                           "longest possible prompt plus the new tokens; no streaming (a batch's tokens arrive together)")  # fmt: skip
 
@@ -57,11 +60,8 @@ class Runner(base.ServingRunner):
         mask[:, 0] = True
         for i, (prompt, _) in enumerate(requests):
             ids[i, : len(prompt)], mask[i, : len(prompt)] = prompt, True
-        # the compiled function generate() wraps: generate() then concatenates every output key, and Gemma 3's
-        # include "images": None, which it cannot (the token ids are the same either way)
-        generate = self.lm.make_generate_function()
         with jax.default_device(self.device):
-            out = np.asarray(generate({"token_ids": ids, "padding_mask": mask}, stop_token_ids=None)["token_ids"])
+            out = np.asarray(self.generate_batch({"token_ids": ids, "padding_mask": mask}, stop_token_ids=None)["token_ids"])
         return [out[i, len(p) : len(p) + n].tolist() for i, (p, n) in enumerate(requests)]
 
     async def stop(self):

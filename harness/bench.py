@@ -18,6 +18,7 @@ from harness.results import SCHEMA_VERSION, ResultFile, Row, write_result
 from harness.trials import combine_trials
 from harness.validate import invalid_figures
 from harness.workload import PROBE_PREFILL, PROBE_TOKENS, Profile, probe_ids, prompt_ids
+from linnet_core.checkpoint import synthetic_recipe
 from runners import REFERENCE, RunnerInfo
 from runners.base import RunSpec
 
@@ -107,6 +108,7 @@ def new_result(settings: BenchSettings, weights: str, machine: dict, created_at:
                   **({"peer_duet_s": settings.peer_duet_s} if settings.peer_duet_s > 0 else {}),
                   **({"serving_trials": trials_for("serving", settings)} if serving else {})},  # fmt: skip
         weights=weights,
+        weights_recipe=synthetic_recipe(settings.model.config) if weights == "synthetic" else None,
         architecture=architecture(settings.model.config),
         complete=False,
     )

@@ -68,6 +68,7 @@ class ResultFile(BaseModel):
     workload: dict[str, Any]  # prompt/new tokens, runs, warm-ups, seed, serving workload
     protocol: dict[str, Any]  # profile name, dtype, device, timeouts
     weights: str  # "synthetic" or the checkpoint path
+    weights_recipe: str | None = None  # how synthetic weights were made (linnet_core.checkpoint.synthetic_recipe)
     architecture: dict[str, Any] | None = None  # model_type, layers, hidden_size, parameters (harness.bench.architecture)
     # the reference's distributions on the probe (harness.accuracy.distribution_shape): entropy, top-1 probability
     reference_distributions: dict[str, Any] | None = None

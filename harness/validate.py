@@ -123,6 +123,9 @@ def header_problem(data: dict) -> str | None:
     model = data.get("model")
     if isinstance(model, str) and not MODEL_ID.fullmatch(model):
         return f"model is {describe(model)}, not a model id (letters, digits, '.', '_', '-')"
+    recipe = data.get("weights_recipe")  # printed on the page as it is
+    if recipe is not None and not (isinstance(recipe, str) and len(recipe) <= LONGEST_HEADER_TEXT and recipe.isprintable()):
+        return f"weights_recipe is {describe(recipe)}, not one printable line of at most {LONGEST_HEADER_TEXT} characters"
     for section, fields in HEADER_TYPES.items():
         values = data.get(section)
         if not isinstance(values, dict):

@@ -716,3 +716,17 @@ def test_the_accuracy_figures_sit_beside_the_distance_in_the_table_and_the_hover
     text = tree.root.text()
     assert "mean entropy of 3.41 nats (a flat one: 6.93)" in text and "neither flat nor one-hot" in text
     assert "Synthetic weights are seeded Gaussians" in text
+
+
+def test_the_page_says_how_the_runs_synthetic_weights_were_made(tmp_path):
+    """As the result file records it (a trained twin's recipe here); the old recipe for files that do not."""
+    from linnet_core.checkpoint import synthetic_recipe
+    from linnet_core.models import get_model
+
+    result = tiny_run("20261202T100000Z", decode=100.0)
+    result.weights_recipe = synthetic_recipe(get_model("qwen2-tiny").config) + " <script>alert(1)</script>"
+    tree = model_tree(render(tmp_path, result), "qwen2-tiny")
+    notice = next(p.text() for p in tree.root.find_all("p", "notice") if "synthetic weights" in p.text())
+    assert "steps of next-token training on this project's own text" in notice and "<script>" in notice
+    assert all("alert(1)" not in s.text() for s in tree.root.find_all("script"))  # escaped: shown, never run
+    assert "steps of next-token training" in tree.root.text().split("KL mean and KL p99")[-1]

@@ -66,6 +66,7 @@ class RunView:
     setup_line: str  # profile, dtype, device, weights
     versions_line: str  # package versions, Python, driver
     synthetic: bool  # measured on synthetic weights
+    weights_recipe: str  # how they were made (when synthetic)
     complete: bool  # False when the run was cut short
     download: Link  # the raw result file
     cards: tuple[CardView, ...]
@@ -175,6 +176,7 @@ def run_view(run: LoadedRun, setup_runs: tuple[LoadedRun, ...], index: int) -> R
         setup_line=setup_line(result),
         versions_line=versions_line(result),
         synthetic=result.weights == "synthetic",
+        weights_recipe=weights_recipe(result),
         complete=result.complete,
         download=Link(run.path.name, f"../{data_file(run)}"),
         cards=tuple(card_view(card.title, c) for card, c in comparisons if c is not None),
@@ -306,9 +308,14 @@ def accuracy_note(result: ResultFile) -> str:
                  f"one: {shape['uniform_entropy']:.2f}) and a mean top-1 probability of {shape['top1_prob_mean']:.2f}, "
                  f"{shape_problem(shape) or 'neither flat nor one-hot'}. ")  # fmt: skip
     if result.weights == "synthetic":
-        text += (
-            "Synthetic weights are seeded Gaussians: linear weights scaled by twice 1/sqrt(fan-in), norm weights around "
-            "1, biases non-zero, the tied embedding scaled so that logits spread over several units; a real "
-            "checkpoint's figures will differ."
-        )
+        text += f"Synthetic weights are {weights_recipe(result)}; a real checkpoint's figures will differ."
     return text.strip()
+
+
+def weights_recipe(result: ResultFile) -> str:
+    """How the run's synthetic weights were made: as its file records it, or (files from before it did) the one
+    recipe there was then."""
+    return result.weights_recipe or (
+        "seeded Gaussians: linear weights scaled by twice 1/sqrt(fan-in), norm weights around 1, biases non-zero, the "
+        "tied embedding scaled so that logits spread over several units"
+    )

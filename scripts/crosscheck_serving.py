@@ -58,10 +58,24 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def start_server(model: str, backend: str, rows: int, positions: int, port: int, log) -> subprocess.Popen:
+def split_cpus(pin: bool) -> tuple[set[int] | None, set[int] | None]:
+    """(the server's CPUs, the clients' CPUs): the last CPU for the clients and the rest for the server, so that a
+    load generator's own work (guidellm used 35-41 CPU seconds a run where the harness's client used 5-6) cannot
+    slow the server it measures; (None, None) unpinned or with one CPU."""
+    cpus = sorted(os.sched_getaffinity(0))
+    if not pin or len(cpus) < 2:
+        return None, None
+    return set(cpus[:-1]), {cpus[-1]}
+
+
+def start_server(model: str, backend: str, rows: int, positions: int, port: int, log, cpus: set[int] | None) -> subprocess.Popen:
     command = [sys.executable, "-m", "linnet_core.cli", "serve", model, "--backend", backend, "--rows", str(rows),
                "--positions", str(positions), "--max-waiting", "100000", "--port", str(port)]  # fmt: skip
-    child = subprocess.Popen(command, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
+    env = dict(os.environ)
+    if cpus:  # as many compute threads as the server's CPUs (torch, ONNX Runtime and XLA read these at start-up)
+        env.update(OMP_NUM_THREADS=str(len(cpus)), MKL_NUM_THREADS=str(len(cpus)))
+    child = subprocess.Popen(command, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, env=env,
+                             preexec_fn=(lambda: os.sched_setaffinity(0, cpus)) if cpus else None)  # fmt: skip
     deadline = time.monotonic() + 900
     while time.monotonic() < deadline:
         if child.poll() is not None:
@@ -127,7 +141,10 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", type=Path, help="write the table and the record (JSON) to this text file")
     parser.add_argument("--no-repeat", dest="repeat", action="store_false", help="one run of each client, not two")
+    parser.add_argument("--no-pin", dest="pin", action="store_false",
+                        help="let server and clients share every CPU (default: the clients get the last CPU to themselves)")
     args = parser.parse_args()
+    server_cpus, client_cpus = split_cpus(args.pin)
     entry, w = get_model(args.model), SERVING[args.workload]
     checkpoint, _ = checkpoint_for(entry, None, args.seed)
     prompts = w.prompts(entry.first_special_token, args.seed)
@@ -135,10 +152,12 @@ def main() -> None:
     port = free_port()
     base = f"http://127.0.0.1:{port}"
     with open(work / "server.log", "w") as log:
-        server = start_server(entry.id, args.backend, w.max_in_flight, w.max_positions, port, log)
+        server = start_server(entry.id, args.backend, w.max_in_flight, w.max_positions, port, log, server_cpus)
+        if client_cpus:  # this process and the guidellm processes it starts (affinity is inherited)
+            os.sched_setaffinity(0, client_cpus)
         try:
             print(f"linnet serve {entry.id} --backend {args.backend}: {w.max_in_flight} rows x {w.max_positions} positions; "
-                  f"workload '{w.name}': {w.description}", flush=True)  # fmt: skip
+                  f"workload '{w.name}': {w.description}; {cpu_line(server_cpus, client_cpus)}", flush=True)  # fmt: skip
             harness_client(base, entry.id, prompts[: w.warmup_requests], w.warmup_new_tokens, w.max_in_flight)  # warm-up
             # A B B A: a machine whose load drifts during the check favours neither client
             runs = {"guidellm": [], "harness": []}
@@ -160,6 +179,7 @@ def main() -> None:
         for r in runs[key]:
             lines.append(f"{name:<28}{r['output_tok_s']:>14.1f}{r['ttft_ms_median']:>16.1f}{r['wall_s']:>9.2f}{r['requests']:>10}"
                          f"{r['prompt_tokens_mean']:>15.1f}{r['server_cpu_s']:>14.1f}{r['client_cpu_s']:>14.1f}")  # fmt: skip
+    lines.append(cpu_line(server_cpus, client_cpus))
     lines.append(f"throughput harness / guidellm (mean of each client's runs): {ratio:.3f} "
                  f"({'within' if abs(ratio - 1) <= 0.15 else 'NOT within'} 15%); TTFT {ours['ttft_ms_median'] / theirs['ttft_ms_median']:.3f}")  # fmt: skip
     print("\n".join(lines))
@@ -168,6 +188,7 @@ def main() -> None:
         record = {"model": entry.id, "backend": args.backend, "workload": w.name, "description": w.description,
                   "rows": w.max_in_flight, "positions": w.max_positions, "guidellm": theirs, "harness": ours, "runs": runs,
                   "throughput_ratio": ratio, "guidellm_version": guidellm_version(), "cpu_count": os.cpu_count(),
+                  "server_cpus": sorted(server_cpus or []), "client_cpus": sorted(client_cpus or []),
                   "load_average": os.getloadavg(), "measured": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}  # fmt: skip
         args.out.write_text("\n".join(lines) + "\n\n" + json.dumps(record, indent=2) + "\n")
         print(f"wrote {args.out}")
@@ -191,6 +212,12 @@ def cpu_seconds(server_pid: int):
     yield out
     server1, client1 = used()
     out.update(server_cpu_s=server1 - server0, client_cpu_s=client1 - client0)
+
+
+def cpu_line(server: set[int] | None, clients: set[int] | None) -> str:
+    if not server:
+        return "server and clients share every CPU"
+    return f"server pinned to CPU(s) {','.join(map(str, sorted(server)))}, clients to CPU(s) {','.join(map(str, sorted(clients)))}"
 
 
 def median_run(runs: list[dict]) -> dict:

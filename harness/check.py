@@ -102,10 +102,11 @@ class AccuracyBound:
 # weights; harness/accuracy.py's test checks their distributions are neither flat nor one-hot), about 10x above
 # what correct rows measured there, and from the physics: f32 differs by summation order (KL ~1e-10), f16 and bf16 by
 # rounding every activation (3 and 8 significant bits fewer), 8-bit weights by a rounding step of 1/254 of each
-# channel's (or block's) largest weight. The tiny model's distributions are broad (mean top-1 probability 0.28), so
-# near-ties are common and small logit errors flip them: there per-channel int8 weights measured KL 0.017, p99 0.094,
-# top-1 0.926, llama.cpp q8_0 (8-bit activations too) 0.023, 0.115, 0.899; even weights rounded to bf16 agree at
-# 0.981. The 8-bit bounds hold about 2x above those; a broken row (a lost bias, a wrong scale) is KL > 1, top-1 < 0.5.
+# channel's (or block's) largest weight. On the random weights of synthetic recipe 2 near-ties were common and small
+# logit errors flipped them: per-channel int8 weights measured KL 0.017, p99 0.094, top-1 0.926, llama.cpp q8_0
+# (8-bit activations too) 0.023, 0.115, 0.899, and the 8-bit bounds hold about 2x above those. On the trained twins
+# (recipe 3) the same rows measure KL 1.3e-3 to 3.4e-3, p99 1.1e-2 to 2.0e-2, top-1 0.97-0.99, so the bounds are now
+# loose; a broken row (a lost bias, a wrong scale, the lost embedding scale) is KL > 1, top-1 < 0.5.
 ACCURACY_BOUNDS = {
     "f32": AccuracyBound(kl_mean=1e-6, kl_p99=1e-5, top1_agree=0.99),
     "f16": AccuracyBound(kl_mean=1e-3, kl_p99=1e-2, top1_agree=0.97),

@@ -167,6 +167,12 @@ def train_on_corpus(tensors: dict, config: ModelConfig, directory: Path, seed: i
     return {name: trained[name].detach().clone() for name in tensors}
 
 
+# The untrained recipe in words: full-size shapes since recipe 3, every model before it (result files that do not
+# record their recipe were made so)
+RANDOM_RECIPE = ("seeded Gaussians: linear weights scaled by twice 1/sqrt(fan-in), norm weights around 1, biases "
+                 "non-zero, the embedding scaled so that logits spread over several units")
+
+
 def is_trained(config: ModelConfig) -> bool:
     """Whether synthetic_checkpoint trains this model's weights (a test-size twin) or leaves them random."""
     return config.num_parameters <= TRAINED_MAX_PARAMETERS
@@ -178,8 +184,7 @@ def synthetic_recipe(config: ModelConfig) -> str:
         return (f"seeded Gaussians (linear and embedding weights at {INITIALIZER_RANGE}, as transformers initialises "
                 f"them; norm weights around 1; biases non-zero), then {TRAIN_STEPS} steps of next-token training on "
                 "this project's own text, so that the output distributions are a small language model's")
-    return ("seeded Gaussians: linear weights at twice 1/sqrt(fan-in), norm weights around 1, biases non-zero, the "
-            "embedding scaled so that the logits spread over several units (too large to train here)")
+    return f"{RANDOM_RECIPE} (too large to train here)"
 
 
 def synthetic_checkpoint(model_id: str, config: ModelConfig, dtype: str, seed: int = 0, cache: Path | None = None) -> Path:

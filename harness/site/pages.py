@@ -17,6 +17,7 @@ from harness.site.charts import ChartView, history_charts, metric_chart, metric_
 from harness.site.comparisons import CARDS, CHARTED, DECODE, SERVING, TTFT, Comparison, best_row, headline
 from harness.site.context import LoadedRun, ModelRuns, machine_name
 from harness.site.table import Table, Unmeasured, numbers_table, unmeasured
+from linnet_core.checkpoint import RANDOM_RECIPE
 from runners import REFERENCE
 
 DATA_DIR = "data"  # raw result files are copied to OUT/data/<model>/<file>
@@ -315,7 +316,4 @@ def accuracy_note(result: ResultFile) -> str:
 def weights_recipe(result: ResultFile) -> str:
     """How the run's synthetic weights were made: as its file records it, or (files from before it did) the one
     recipe there was then."""
-    return result.weights_recipe or (
-        "seeded Gaussians: linear weights scaled by twice 1/sqrt(fan-in), norm weights around 1, biases non-zero, the "
-        "tied embedding scaled so that logits spread over several units"
-    )
+    return result.weights_recipe or RANDOM_RECIPE

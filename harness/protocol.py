@@ -164,9 +164,11 @@ async def serving_session(runner: ServingRunner, spec: RunSpec, progress: Progre
         await serve_all(runner, prompts[: w.warmup_requests], w.warmup_new_tokens, w.max_in_flight)
         first_call_s = time.perf_counter() - start
         runs = []
+        runner.timed_runs(True)
         for i in range(w.runs):
             progress(f"run {i + 1}/{w.runs}: {w.requests} requests")
             runs.append(await serve_all(runner, prompts, w.new_tokens, w.max_in_flight))
+        runner.timed_runs(False)
         tokens = None
         if runner.token_ids and len(spec.prompt) + spec.new_tokens <= w.max_positions:  # comparable with the reference
             progress("the reference prompt")

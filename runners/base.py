@@ -154,6 +154,10 @@ class ServingRunner:
     async def stop(self) -> None:
         """Inside the event loop, after the last request."""
 
+    def timed_runs(self, starting: bool) -> None:
+        """Called with True just before the first timed run and with False just after the last (the warm-up and the
+        reference prompt fall outside), for a stack that keeps its own account of the timed work (linnet.serve)."""
+
     def score(self, ids: list[int], n_prefill: int) -> np.ndarray | None:
         """As Runner.score; None when the stack exposes no logits (say why in self.notes)."""
         return None

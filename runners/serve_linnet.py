@@ -14,7 +14,7 @@ from linnet_core.checkpoint import read_config
 from linnet_core.serve.backends import EngineSpec, make_engine, unavailable
 from linnet_core.serve.client import AsyncClient
 from linnet_core.serve.config import ServeConfig
-from linnet_core.serve.engine_loop import ServeEngine
+from linnet_core.serve.engine_loop import ServeEngine, StepTimes
 from linnet_core.serve.request import SamplingParams
 from runners import base
 
@@ -65,9 +65,36 @@ class LinnetServe(base.ServingRunner):
         self.client.close()
         self.metrics["serving_steps"] = self.serve.steps
 
+    def timed_runs(self, starting):
+        if starting:
+            self.times_before = self.serve.times
+            return
+        self.metrics.update(step_metrics(self.serve.times - self.times_before))
+        m = self.metrics
+        if "serving_decode_tok_s" in m:
+            self.notes.append(f"in the timed runs the engine decoded {m['serving_decode_tok_s']:.4g} tok/s in its decode steps "
+                              f"({m['serving_decode_rows']:.3g} rows a step on average) and prefilled "
+                              f"{m.get('serving_prefill_tok_s', 0):.4g} prompt tok/s; prefill took "
+                              f"{m.get('serving_prefill_share', 0):.0%} of its model time")  # fmt: skip
+
     def score(self, ids, n_prefill):
         """The engine's own cache path, in row 0, once the serving loop has stopped."""
         return self.built.engine.score(ids, n_prefill)
+
+
+def step_metrics(times: StepTimes) -> dict[str, float]:
+    """The timed runs' model time by phase (ServeEngine.times): decode tok/s within the decode steps, the rows a step
+    carried, prefill tok/s, and prefill's share of the model's time. Comparable with a single-request row's decode
+    tok/s, which leaves its prefill out too; a phase that did not run has no figures."""
+    metrics = {}
+    if times.decode_s > 0 and times.decode_steps > 0:
+        metrics["serving_decode_tok_s"] = times.decode_tokens / times.decode_s
+        metrics["serving_decode_rows"] = times.decode_tokens / times.decode_steps
+    if times.prefill_s > 0:
+        metrics["serving_prefill_tok_s"] = times.prefill_tokens / times.prefill_s
+    if times.prefill_s + times.decode_s > 0:
+        metrics["serving_prefill_share"] = times.prefill_s / (times.prefill_s + times.decode_s)
+    return metrics
 
 
 class CudaGraphs(LinnetServe):

@@ -76,6 +76,22 @@ def test_batched_requests_get_the_tokens_they_would_get_alone(engine, tiny_check
     assert serve.scheduler.pool.num_used == 0 and not serve.scheduler.running
 
 
+def test_the_model_time_is_accounted_by_phase(engine):
+    # every prompt token is prefilled once, every token after a request's first comes from a decode step, and the
+    # steps carry several rows while more than one request decodes
+    serve = serve_engine(engine, prefill_chunk=8, prefill_budget=16)
+    before = serve.times
+    requests = [Request(p, GREEDY) for p in prompts(5, seed=3)]
+    for r in requests:
+        serve.submit(r)
+    run_to_end(serve)
+    times = serve.times - before
+    assert times.prefill_tokens == sum(len(r.prompt) for r in requests)
+    assert times.decode_tokens == len(requests) * (GREEDY.max_tokens - 1) and times.decode_steps == serve.steps
+    assert 1 < times.decode_tokens / times.decode_steps <= engine.rows
+    assert times.prefill_s > 0 and times.decode_s > 0
+
+
 def test_events_stream_every_token_once_and_end_with_the_reason(engine):
     serve = serve_engine(engine)
     requests = [Request(p, SamplingParams(max_tokens=4, ignore_eos=True)) for p in prompts(4, seed=1)]

@@ -15,7 +15,9 @@ model fails, every request in flight gets an error event and new ones are refuse
 from __future__ import annotations
 
 import threading
+import time
 from collections import defaultdict
+from dataclasses import astuple, dataclass, replace
 from typing import Callable
 
 from linnet_core.engine import Engine
@@ -32,6 +34,22 @@ class EngineFailed(Exception):
     """The model raised; the engine serves no more requests."""
 
 
+@dataclass(frozen=True)
+class StepTimes:
+    """Where the loop's model time went, summed since the engine started: prompt tokens prefilled and decode
+    tokens made, with the seconds the model took for each. A client's throughput counts prefill and decode alike;
+    these say how much of it each phase took, and how many rows a decode step carried on average."""
+
+    prefill_tokens: int = 0
+    prefill_s: float = 0.0
+    decode_steps: int = 0
+    decode_tokens: int = 0
+    decode_s: float = 0.0
+
+    def __sub__(self, earlier: "StepTimes") -> "StepTimes":
+        return StepTimes(*(a - b for a, b in zip(astuple(self), astuple(earlier))))
+
+
 class ServeEngine:
     def __init__(self, engine: Engine, config: ServeConfig, eos_token_id: int | None = None, name: str = "engine"):
         if (engine.rows, engine.max_positions) != (config.rows, config.max_positions):
@@ -43,6 +61,7 @@ class ServeEngine:
         self.scheduler = Scheduler(config)
         self.model = ModelStep(engine)
         self.steps = 0  # decode steps run, for /health and tests
+        self.times = StepTimes()  # replaced, never mutated: a reader on another thread sees one consistent value
         self.failure: str | None = None  # why the model stopped, once it has
         self._lock = threading.Lock()  # guards the scheduler's state shared with submit() and cancel()
         self._cancels: set[str] = set()
@@ -126,12 +145,16 @@ class ServeEngine:
             self._apply_cancels(finished)
             self.scheduler.admit()
             chunks = self.scheduler.prefill_chunks()
+        start = time.perf_counter()
         for chunk in chunks:
             first = self.model.prefill(chunk)
             chunk.request.prefilled += len(chunk.tokens)
             if chunk.is_last:
                 chunk.request.status = Status.DECODING
                 self._append(chunk.request, first, tokens, finished)
+        if chunks:
+            self.times = replace(self.times, prefill_tokens=self.times.prefill_tokens + sum(len(c.tokens) for c in chunks),
+                                 prefill_s=self.times.prefill_s + time.perf_counter() - start)  # fmt: skip
         return self._events(tokens, finished)
 
     def decode_step(self) -> list[Event]:
@@ -140,8 +163,12 @@ class ServeEngine:
         finished: dict[str, str] = {}
         decoding = self.scheduler.decoding()
         if decoding:
+            start = time.perf_counter()
             new = self.model.decode([r for r in decoding if not r.params.greedy])
             self.steps += 1
+            self.times = replace(self.times, decode_steps=self.times.decode_steps + 1,
+                                 decode_tokens=self.times.decode_tokens + len(decoding),
+                                 decode_s=self.times.decode_s + time.perf_counter() - start)  # fmt: skip
             for request in decoding:
                 self._append(request, int(new[request.row]), tokens, finished)
         return self._events(tokens, finished)

@@ -17,7 +17,7 @@ from harness.registry import ModelEntry, checkpoint_for
 from harness.results import SCHEMA_VERSION, ResultFile, Row, write_result
 from harness.trials import combine_trials
 from harness.validate import invalid_figures
-from harness.workload import PROBE_PREFILL, PROBE_TOKENS, Profile, probe_ids, prompt_ids
+from harness.workload import PROBE_PREFILL, PROBE_TOKENS, Profile, probe_for, probe_source, prompt_ids
 from linnet_core.checkpoint import synthetic_recipe
 from runners import REFERENCE, RunnerInfo
 from runners.base import RunSpec
@@ -97,6 +97,7 @@ def new_result(settings: BenchSettings, weights: str, machine: dict, created_at:
             "seed": settings.seed,
             "max_positions": profile.max_positions,
             "probe_tokens": PROBE_TOKENS,
+            "probe": probe_source(has_tokenizer(settings)),
             "probe_prefill": PROBE_PREFILL,
             # the many-requests workload, recorded when a serving row runs
             **({"serving": dataclasses.asdict(profile.serving)} if serving else {}),
@@ -114,6 +115,12 @@ def new_result(settings: BenchSettings, weights: str, machine: dict, created_at:
     )
 
 
+def has_tokenizer(settings: BenchSettings) -> bool:
+    """Whether the run's checkpoint has a tokenizer.json (every synthetic one is written with one), as spec_fields
+    will find it; known before the checkpoint is made, so that a cluster's driver can say it too."""
+    return settings.weights is None or (Path(settings.weights) / "tokenizer.json").is_file()
+
+
 def architecture(config) -> dict:
     """What the model is, as `check` and the page need it without the registry (a local checkpoint is not in it):
     its depth sets the distance bounds of 32- and 16-bit rows."""
@@ -124,7 +131,7 @@ def architecture(config) -> dict:
 def spec_fields(settings: BenchSettings, ckpt: Path) -> dict:
     """What every child's spec of this run shares: the model, checkpoint, dtype, device, prompt and probe."""
     entry, profile = settings.model, settings.profile
-    probe = probe_ids(entry.first_special_token, settings.seed)
+    probe = probe_for(ckpt, entry.first_special_token, settings.seed)
     return dict(
         model=entry.id,
         checkpoint=str(ckpt),

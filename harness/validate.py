@@ -123,9 +123,12 @@ def header_problem(data: dict) -> str | None:
     model = data.get("model")
     if isinstance(model, str) and not MODEL_ID.fullmatch(model):
         return f"model is {describe(model)}, not a model id (letters, digits, '.', '_', '-')"
-    recipe = data.get("weights_recipe")  # printed on the page as it is
-    if recipe is not None and not (isinstance(recipe, str) and len(recipe) <= LONGEST_HEADER_TEXT and recipe.isprintable()):
-        return f"weights_recipe is {describe(recipe)}, not one printable line of at most {LONGEST_HEADER_TEXT} characters"
+    workload = data.get("workload")
+    texts = {"weights_recipe": data.get("weights_recipe"),  # printed on the page as they are
+             "workload.probe": workload.get("probe") if isinstance(workload, dict) else None}  # fmt: skip
+    for name, text in texts.items():
+        if text is not None and not (isinstance(text, str) and len(text) <= LONGEST_HEADER_TEXT and text.isprintable()):
+            return f"{name} is {describe(text)}, not one printable line of at most {LONGEST_HEADER_TEXT} characters"
     for section, fields in HEADER_TYPES.items():
         values = data.get(section)
         if not isinstance(values, dict):

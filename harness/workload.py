@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
@@ -112,5 +113,40 @@ def prompt_ids(length: int, first_special_token: int, seed: int) -> list[int]:
 
 
 def probe_ids(first_special_token: int, seed: int, length: int = PROBE_TOKENS) -> list[int]:
-    """The probe's token ids (seeded like a prompt, from another seed); tests may take a shorter one."""
+    """Random probe token ids (seeded like a prompt, from another seed), for a checkpoint without a tokenizer; tests
+    of an engine's arithmetic take them too, often shorter."""
     return prompt_ids(length, first_special_token, seed + 1)
+
+
+# The probe is text where the checkpoint has a tokenizer (every synthetic one has): a language model's next-token
+# distributions on text are what its users see, and on random ids a trained model is unsure everywhere, its top two
+# tokens often a hair apart, so any rounding swaps them (llama.cpp measures a quantization's KL on text too). The
+# passage is the project's own prose, written apart from the text the test-size twins are trained on.
+PROBE_TEXT = Path(__file__).resolve().parent.parent / "linnet_core" / "data" / "probe_text.txt"
+TEXT_PROBE = "the first {n} tokens of the project's probe text (linnet_core/data/probe_text.txt, not in the twins' training text)"
+RANDOM_PROBE = "{n} random token ids (seeded; the checkpoint has no tokenizer.json)"
+
+
+def probe_source(has_tokenizer: bool, length: int = PROBE_TOKENS) -> str:
+    """One line for the result file and the page: what the probe is."""
+    return (TEXT_PROBE if has_tokenizer else RANDOM_PROBE).format(n=length)
+
+
+def probe_for(checkpoint: Path, first_special_token: int, seed: int, length: int = PROBE_TOKENS) -> list[int]:
+    """The run's probe: the probe text through the checkpoint's own tokenizer (no special tokens added), or random
+    ids where it has none. A tokenizer that makes fewer tokens of the text, or ids outside the ordinary ones, is
+    refused in one line rather than measured on another probe than the file says."""
+    tokenizer_file = Path(checkpoint) / "tokenizer.json"
+    if not tokenizer_file.is_file():
+        return probe_ids(first_special_token, seed, length)
+    from tokenizers import Tokenizer
+
+    try:
+        ids = Tokenizer.from_file(str(tokenizer_file)).encode(PROBE_TEXT.read_text(), add_special_tokens=False).ids
+    except Exception as e:  # a malformed tokenizer.json
+        raise UserError(f"{tokenizer_file}: cannot tokenize the probe text: {type(e).__name__}: {str(e)[:200]}") from None
+    if len(ids) < length:
+        raise UserError(f"{tokenizer_file} makes {len(ids)} tokens of the probe text, fewer than the probe's {length}")
+    if max(ids[:length]) >= first_special_token:
+        raise UserError(f"{tokenizer_file} gives the probe text token id {max(ids[:length])}, past the model's ordinary ids (< {first_special_token})")
+    return ids[:length]

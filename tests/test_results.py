@@ -46,7 +46,8 @@ def test_malformed_files_are_one_line_errors(tmp_path, text):
     [(("protocol", "dtype"), "f32\n vs f16", "protocol.dtype"), (("machine", "cpu"), "x" * 10_000, "machine.cpu"),
      (("model",), "../../etc/passwd", "not a model id"), (("model",), "qwen2\ntiny", "not a model id"),
      (("weights_recipe",), "x" * 10_000, "weights_recipe"), (("weights_recipe",), 5, "weights_recipe"),
-     (("weights_recipe",), "trained\n<script>", "weights_recipe")],
+     (("weights_recipe",), "trained\n<script>", "weights_recipe"), (("workload", "probe"), "text\n<b>", "workload.probe"),
+     (("workload", "probe"), ["text"], "workload.probe"), (("workload", "probe"), "x" * 10_000, "workload.probe")],
 )  # fmt: skip
 def test_header_text_is_one_short_line_and_a_model_id_names_no_path(tmp_path, field, value, says):
     data = json.loads(sample().model_dump_json())

@@ -730,3 +730,16 @@ def test_the_page_says_how_the_runs_synthetic_weights_were_made(tmp_path):
     assert "steps of next-token training on this project's own text" in notice and "<script>" in notice
     assert all("alert(1)" not in s.text() for s in tree.root.find_all("script"))  # escaped: shown, never run
     assert "steps of next-token training" in tree.root.text().split("KL mean and KL p99")[-1]
+
+
+def test_the_page_says_what_the_probe_was(tmp_path):
+    """As the result file records it (text here, escaped); random ids for files from before it did."""
+    from harness.workload import probe_source
+
+    result = tiny_run("20261202T100000Z", decode=100.0)
+    result.workload["probe"] = probe_source(True) + " <script>alert(1)</script>"
+    text = model_tree(render(tmp_path / "new", result), "qwen2-tiny").root.text()
+    assert "The probe: the first 288 tokens of the project's probe text" in text and "<script>" in text
+    old = tiny_run("20261202T100000Z", decode=100.0)
+    old.workload["probe_tokens"] = 288
+    assert "The probe: 288 random token ids" in model_tree(render(tmp_path / "old", old), "qwen2-tiny").root.text()

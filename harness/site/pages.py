@@ -304,6 +304,7 @@ def accuracy_note(result: ResultFile) -> str:
         "agreement: the share of those positions where both pick the same most likely token. Rounding and quantization "
         "move every logit a little and these figures only a little; a wrong row moves them far, in any dtype. "
     )
+    text += f"The probe: {probe_text(result)}. "
     if shape:
         text += (f"Here the reference's distributions have a mean entropy of {shape['entropy_mean']:.2f} nats (a flat "
                  f"one: {shape['uniform_entropy']:.2f}) and a mean top-1 probability of {shape['top1_prob_mean']:.2f}, "
@@ -311,6 +312,11 @@ def accuracy_note(result: ResultFile) -> str:
     if result.weights == "synthetic":
         text += f"Synthetic weights are {weights_recipe(result)}; a real checkpoint's figures will differ."
     return text.strip()
+
+
+def probe_text(result: ResultFile) -> str:
+    """What the run's probe was: as its file records it, or (files from before it did) random token ids."""
+    return result.workload.get("probe") or f"{result.workload.get('probe_tokens', 'its')} random token ids"
 
 
 def weights_recipe(result: ResultFile) -> str:

@@ -149,7 +149,7 @@ def test_ctrl_c_cancels_the_trials_kills_their_children_and_keeps_what_finished(
     result = load_result(path)
     assert not result.complete and result.interrupted
     assert [(r.runner, r.status) for r in result.rows] == [("transformers", "ok")]
-    deadline = time.monotonic() + 20
+    deadline = time.monotonic() + 60  # Ray's cancel reaches the task's child within seconds, later on a loaded machine
     while hanging() and time.monotonic() < deadline:
         time.sleep(0.5)
     assert not hanging()  # the cancelled task killed its child

@@ -743,3 +743,5 @@ def test_the_page_says_what_the_probe_was(tmp_path):
     old = tiny_run("20261202T100000Z", decode=100.0)
     old.workload["probe_tokens"] = 288
     assert "The probe: 288 random token ids" in model_tree(render(tmp_path / "old", old), "qwen2-tiny").root.text()
+    older = tiny_run("20261202T100000Z", decode=100.0)  # from before the file recorded the probe's length too
+    assert "The probe: random token ids." in model_tree(render(tmp_path / "older", older), "qwen2-tiny").root.text()

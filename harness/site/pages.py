@@ -316,7 +316,8 @@ def accuracy_note(result: ResultFile) -> str:
 
 def probe_text(result: ResultFile) -> str:
     """What the run's probe was: as its file records it, or (files from before it did) random token ids."""
-    return result.workload.get("probe") or f"{result.workload.get('probe_tokens', 'its')} random token ids"
+    tokens = result.workload.get("probe_tokens")
+    return result.workload.get("probe") or (f"{tokens} random token ids" if tokens else "random token ids")
 
 
 def weights_recipe(result: ResultFile) -> str:

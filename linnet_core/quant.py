@@ -19,8 +19,9 @@ import numpy as np
 from linnet_core.errors import UserError
 
 # --quant name -> bits. No int4: 4-bit groups of 32 leave qwen2-tiny's top-1 agreement at 16% (KL 2.3) on random
-# weights and at 0.81 (KL 0.23; gemma3-tiny 0.54, KL 0.61) on the trained twin of synthetic recipe 3, far from 8 bits'
-# 0.99 (KL 1.3e-3) and too near a wrong answer for a bound to tell them apart at this width (64).
+# weights and at 0.81 (KL 0.23; gemma3-tiny 0.54, KL 0.61) on the trained twin of synthetic recipe 3 (random-id
+# probe), far from 8 bits' 0.99 (KL 1.3e-3) there and too near a wrong answer for a bound to tell them apart at this
+# width (64).
 QUANTS = {"int8": 8}
 
 

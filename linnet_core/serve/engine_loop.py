@@ -60,7 +60,6 @@ class ServeEngine:
         self.config, self.eos_token_id, self.name = config, eos_token_id, name
         self.scheduler = Scheduler(config)
         self.model = ModelStep(engine)
-        self.steps = 0  # decode steps run, for /health and tests
         self.times = StepTimes()  # replaced, never mutated: a reader on another thread sees one consistent value
         self.failure: str | None = None  # why the model stopped, once it has
         self._lock = threading.Lock()  # guards the scheduler's state shared with submit() and cancel()
@@ -71,6 +70,11 @@ class ServeEngine:
         self._listener: Listener = lambda events: None
 
     # ---- any thread ----
+
+    @property
+    def steps(self) -> int:
+        """Decode steps run, for /health and tests."""
+        return self.times.decode_steps
 
     def submit(self, request: Request) -> None:
         """Queues a request; raises UserError (it can never run here) or QueueFull (not now)."""
@@ -165,7 +169,6 @@ class ServeEngine:
         if decoding:
             start = time.perf_counter()
             new = self.model.decode([r for r in decoding if not r.params.greedy])
-            self.steps += 1
             self.times = replace(self.times, decode_steps=self.times.decode_steps + 1,
                                  decode_tokens=self.times.decode_tokens + len(decoding),
                                  decode_s=self.times.decode_s + time.perf_counter() - start)  # fmt: skip

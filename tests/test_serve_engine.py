@@ -4,6 +4,9 @@ rows are allocated, freed, parked; the queue is bounded; cancellation, sampling 
 from __future__ import annotations
 
 import asyncio
+import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -278,3 +281,61 @@ def test_a_prompt_s_first_token_is_an_event_before_the_decode_step(engine):
     assert [e.tokens for e in first] == [(request.output[0],)] and serve.steps == 0
     second = serve.decode_step()
     assert [e.tokens for e in second] == [(request.output[1],)] and serve.steps == 1
+
+
+# A process whose main thread ran OpenMP (as loading an engine does), then a ServeEngine whose decode step is 50
+# OpenMP matmuls; it prints how often the loop's thread slept during its steps. argv[1] "keep" skips the release.
+OPENMP_LOOP = """
+import os, sys, threading
+import numpy as np, torch
+import torch.nn.functional as F
+from linnet_core.serve import engine_loop
+from linnet_core.serve.config import ServeConfig
+from linnet_core.serve.request import Request, SamplingParams
+
+torch.set_num_threads(os.cpu_count())
+x, w = torch.randn(8, 896), torch.randn(4864, 896)
+
+def sleeps_so_far():
+    with open("/proc/thread-self/status") as f:
+        return int(next(line.split()[1] for line in f if line.startswith("voluntary_ctxt_switches")))
+
+class MatmulEngine:
+    rows, max_positions, sleeps = 1, 64, []
+    def prefill(self, row, tokens, start=0):
+        F.linear(x, w)  # the loop thread's own team starts here
+        return 0
+    def step(self):
+        before = sleeps_so_far()
+        for _ in range(50):
+            F.linear(x, w)
+        self.sleeps.append(sleeps_so_far() - before)
+        return np.zeros(1, dtype=np.int64)
+
+F.linear(x, w)
+if sys.argv[1] == "keep":
+    engine_loop.release_openmp_workers = lambda: False
+engine = MatmulEngine()
+serve = engine_loop.ServeEngine(engine, ServeConfig(rows=1, max_positions=64))
+done = threading.Event()
+serve.start(lambda events: any(e.finish_reason for e in events) and done.set())
+serve.submit(Request([1, 2, 3], SamplingParams(max_tokens=9, ignore_eos=True)))
+assert done.wait(120)
+serve.stop()
+print(sum(engine.sleeps))
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux") or (os.cpu_count() or 1) < 2, reason="counts a Linux thread's sleeps; needs 2 CPUs")
+def test_the_loop_thread_runs_the_only_openmp_team():
+    """Two OpenMP teams (the building thread's and the loop's) outnumber the CPUs, and libgomp's workers then sleep
+    between parallel regions: a wake-up for each of a step's hundreds. start() releases the builder's team."""
+
+    def sleeps(mode: str) -> int:
+        run = subprocess.run([sys.executable, "-c", OPENMP_LOOP, mode], capture_output=True, text=True, timeout=300)
+        assert run.returncode == 0, run.stderr[-2000:]
+        return int(run.stdout.split()[-1])
+
+    released, kept = sleeps("release"), sleeps("keep")
+    assert released <= 20, f"the loop's thread slept {released} times in 400 matmuls with one OpenMP team"
+    assert kept >= 5 * max(released, 10), f"two teams: {kept} sleeps, one team: {released} (is this check still needed?)"

@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import os
 
 import torch
 from transformers import AutoModelForCausalLM, ContinuousBatchingConfig, GenerationConfig
 from transformers.generation.continuous_batching.utils import WorkloadHints
 
+from linnet_core.serve.backends import serving_cpu_threads
+from linnet_core.serve.engine_loop import release_openmp_workers
 from runners import base
 from runners._torch import cuda_unavailable, torch_dtype
 
@@ -27,8 +28,8 @@ class Runner(base.ServingRunner):
 
     def load(self):
         torch.set_grad_enabled(False)
-        if self.spec.device == "cpu":  # as linnet.serve's rows: one core stays with the serving loop and the client
-            torch.set_num_threads(max(1, len(os.sched_getaffinity(0)) - 1))
+        if self.spec.device == "cpu":  # as many as linnet.serve's engines get
+            torch.set_num_threads(serving_cpu_threads())
             self.notes.append(f"{torch.get_num_threads()} intra-op thread(s), as linnet.serve's rows")
         w = self.spec.serving_workload
         model = AutoModelForCausalLM.from_pretrained(self.spec.checkpoint, dtype=torch_dtype(self.spec.dtype))
@@ -45,6 +46,7 @@ class Runner(base.ServingRunner):
         hints = WorkloadHints(max_prompt_length=w.prompt_max, max_generated_length=w.new_tokens, num_requests=w.requests)
         self.manager = self.model.init_continuous_batching(generation, batching, hints)
         self.manager.warmup()
+        release_openmp_workers()  # the manager steps the model on its own thread, as linnet.serve's loop does
         self.manager.start()
         self.ids = itertools.count()
         self.notes.append(f"transformers continuous batching: attention {self.model.config._attn_implementation}, "

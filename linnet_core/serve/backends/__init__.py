@@ -20,6 +20,16 @@ from linnet_core.engine import Engine
 from linnet_core.errors import UserError
 
 
+def serving_cpu_threads() -> int:
+    """Intra-op threads for a serving engine on a CPU. The serving loop and its clients (the event loop, HTTP,
+    streaming) run beside the engine: with more than two cores the engine gets every core but one, which the loop
+    keeps. On two cores or fewer it gets them all: keeping one back halves the engine's compute (the 0.5B shape
+    decoded on one thread of this 2-core machine, where the single-request rows use two), while the loop's own work
+    between steps is a few milliseconds."""
+    cores = len(os.sched_getaffinity(0))
+    return cores if cores <= 2 else cores - 1
+
+
 @dataclass(frozen=True)
 class EngineSpec:
     checkpoint: Path  # the Hugging Face checkpoint directory
@@ -34,12 +44,8 @@ class EngineSpec:
 
     @property
     def cpu_threads(self) -> int:
-        """The serving loop and its clients (the event loop, HTTP, streaming) run beside the engine: with more than
-        two cores the engine gets every core but one, which the loop keeps. On two cores or fewer it gets them all:
-        keeping one back halves the engine's compute (the 0.5B shape decoded on one thread of this 2-core machine,
-        where the single-request rows use two), while the loop's own work between steps is a few milliseconds."""
-        cores = len(os.sched_getaffinity(0))
-        return self.threads or (cores if cores <= 2 else cores - 1)
+        """threads, or serving_cpu_threads()."""
+        return self.threads or serving_cpu_threads()
 
     def work(self, name: str) -> Path:
         """A directory for the backend's artefacts: under work_dir, or a fresh temporary one."""

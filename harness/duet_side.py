@@ -17,7 +17,6 @@ import dataclasses
 import importlib
 import json
 import os
-import resource
 import sys
 import time
 from pathlib import Path
@@ -47,6 +46,8 @@ def timed_run(runner, spec) -> tuple[float, float, list[int]]:
 
 
 def main(spec_path: str, record_path: str, turn_fd: int, done_fd: int) -> None:
+    from harness.memory import own_peak_rss_bytes
+
     spec = build_spec(json.loads(Path(spec_path).read_text()))
     cls = load_runner(spec)
     reason = cls.unavailable(spec)
@@ -66,7 +67,7 @@ def main(spec_path: str, record_path: str, turn_fd: int, done_fd: int) -> None:
         decode.append(tok_s)
         os.write(done_fd, b"D")
     runner.close()
-    peak_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    peak_rss = own_peak_rss_bytes()
     write(record_path, {"status": "ok", "ttft_ms": ttft, "decode_tok_s": decode, "tokens": tokens,
                         "peak_rss_bytes": peak_rss, "quit": command.decode() or "EOF"})  # fmt: skip
 

@@ -2,14 +2,30 @@
 
 from __future__ import annotations
 
+import re
+import resource
+import sys
 import threading
 import time
+from pathlib import Path
 
 import psutil
 
 SAMPLE_EVERY_S = 0.005
 # Listing a process's descendants scans /proc; reading one RSS does not. The tree is re-listed this often.
 TREE_EVERY_S = 0.5
+
+
+def own_peak_rss_bytes() -> int:
+    """The calling process's peak resident memory, from its own program's start. On Linux that is VmHWM in
+    /proc/self/status; not ru_maxrss, which Linux carries across exec: a child started by a parent holding 0.45 GiB
+    reports at least 0.45 GiB, whatever it used itself. Elsewhere ru_maxrss (bytes on macOS, kilobytes on Linux)."""
+    try:
+        status = Path("/proc/self/status").read_text()
+    except OSError:
+        maxrss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        return maxrss if sys.platform == "darwin" else maxrss * 1024
+    return int(re.search(r"^VmHWM:\s+(\d+) kB", status, re.MULTILINE).group(1)) * 1024
 
 
 def nvml_handles() -> list:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import importlib
 import json
-import resource
 import sys
 from pathlib import Path
 
@@ -36,6 +35,7 @@ def load_runner_class(target: str):
 
 def run(spec_path: Path, record_path: Path) -> None:
     from harness import protocol
+    from harness.memory import own_peak_rss_bytes
     from runners.base import RunSpec
 
     spec = RunSpec.from_json(spec_path.read_text())
@@ -62,7 +62,7 @@ def run(spec_path: Path, record_path: Path) -> None:
             "notes": runner.notes,
             "has_logits": logits is not None,
         }
-    record["child_max_rss_bytes"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    record["child_max_rss_bytes"] = own_peak_rss_bytes()
     tmp = record_path.with_suffix(".tmp")
     tmp.write_text(json.dumps(record))
     tmp.replace(record_path)

@@ -39,6 +39,19 @@ def transformers_run(tiny, tmp_path_factory, private_cache):
     return load_result(run_bench(settings(tiny, tmp_path_factory.mktemp("results"), runners)))
 
 
+def test_a_child_reports_its_own_peak_memory_not_its_parents():
+    """Linux carries ru_maxrss across exec, so a child read it as at least its parent's size: every row on the tiny
+    model measured the harness's own 0.26-0.45 GiB. The child's own high-water mark (harness/memory.py) does not."""
+    ballast = bytearray(600 * 2**20)
+    ballast[::4096] = b"\x01" * len(ballast[::4096])  # touched, so it is resident
+    code = ("import resource; from harness.memory import own_peak_rss_bytes; "
+            "print(own_peak_rss_bytes(), resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)")  # fmt: skip
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    own, carried = map(int, out.split())
+    assert carried >= 600 * 2**20  # on this kernel ru_maxrss holds the parent's ballast: the test tells them apart
+    assert 0 < own < 200 * 2**20  # an interpreter with psutil
+
+
 def test_both_transformers_rows_are_measured_with_distances(transformers_run):
     rows = {r.runner: r for r in transformers_run.rows}
     assert transformers_run.complete and transformers_run.weights == "synthetic"

@@ -185,13 +185,14 @@ def int8_run(tiny, tmp_path_factory, private_cache):
 
 @pytest.mark.parametrize("runner", INT8_ROWS)
 def test_every_int8_row_is_close_to_the_reference_in_distribution(int8_run, runner):
-    """On qwen2-tiny f32. Measured: KL mean 0.0175, p99 0.086-0.094, top-1 0.926-0.934 for all three; llama.cpp q8_0
-    0.023, 0.115, 0.899. The tiny model's broad distributions (mean top-1 probability 0.28) make near-ties common,
-    so 8-bit weights flip some; even weights rounded to bf16 agree at 0.981 there."""
+    """On qwen2-tiny (the trained twin) f32, text probe. Measured (results/int8-twins/): KL mean 6e-4 to 1e-3, p99
+    3e-3 to 7e-3, top-1 0.965-0.984 over the three rows and two CPUs; llama.cpp q8_0 1.1e-3 to 1.2e-3, 7e-3 to 9e-3,
+    0.969-0.977. Ten of the probe's 257 positions are near-ties that any rounding may flip: weights and activations
+    rounded to bf16 alone agree at 0.984 (scripts/accuracy_floor.py). The bounds sit about 5x above those."""
     row = int8_run[runner]
     assert row.status == "ok", row.reason
     assert row.quant == "int8" and row.peer == "llamacpp-linnet-gguf-q8_0"
-    assert row.kl_mean <= 0.03 and row.kl_p99 <= 0.15 and row.top1_agree >= 0.9, (row.kl_mean, row.kl_p99, row.top1_agree)
+    assert row.kl_mean <= 5e-3 and row.kl_p99 <= 0.04 and row.top1_agree >= 0.94, (row.kl_mean, row.kl_p99, row.top1_agree)
     bound = ACCURACY_BOUNDS["int8"]
     assert row.kl_mean <= bound.kl_mean and row.kl_p99 <= bound.kl_p99 and row.top1_agree >= bound.top1_agree
     assert row.kl_mean > 1e-4  # it really is quantized: an f32 row is at 1e-11

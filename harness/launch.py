@@ -25,7 +25,7 @@ class ChildOutcome:
     record: dict | None  # the child's JSON record, or None if it crashed or timed out
     failure: str | None  # why there is no record: exit status or timeout, with the stderr tail
     seconds: float  # the child's whole life
-    peak_rss_bytes: int  # host peak: the larger of the sampled RSS and the child's own ru_maxrss
+    peak_rss_bytes: int  # host peak: the larger of the sampled RSS and the child's own high-water mark
     peak_gpu_bytes: int  # what NVML reported the child holding at its peak (0 without a GPU)
     gpu_present: bool
 

@@ -1,4 +1,5 @@
-"""Memory sampled from outside the child: per-process GPU memory through NVML, and host RSS through psutil."""
+"""Memory sampled from outside the child: per-process GPU memory through NVML, and host RSS through psutil; and
+the peak a child reports of itself (own_peak_rss_bytes)."""
 
 from __future__ import annotations
 
@@ -19,13 +20,15 @@ TREE_EVERY_S = 0.5
 def own_peak_rss_bytes() -> int:
     """The calling process's peak resident memory, from its own program's start. On Linux that is VmHWM in
     /proc/self/status; not ru_maxrss, which Linux carries across exec: a child started by a parent holding 0.45 GiB
-    reports at least 0.45 GiB, whatever it used itself. Elsewhere ru_maxrss (bytes on macOS, kilobytes on Linux)."""
+    reports at least 0.45 GiB, whatever it used itself. Without VmHWM, ru_maxrss (bytes on macOS, kilobytes on Linux)."""
     try:
-        status = Path("/proc/self/status").read_text()
+        high_water = re.search(r"^VmHWM:\s+(\d+) kB", Path("/proc/self/status").read_text(), re.MULTILINE)
     except OSError:
-        maxrss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-        return maxrss if sys.platform == "darwin" else maxrss * 1024
-    return int(re.search(r"^VmHWM:\s+(\d+) kB", status, re.MULTILINE).group(1)) * 1024
+        high_water = None
+    if high_water:
+        return int(high_water.group(1)) * 1024
+    maxrss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return maxrss if sys.platform == "darwin" else maxrss * 1024
 
 
 def nvml_handles() -> list:

@@ -19,7 +19,7 @@ from harness.trials import combine_trials
 from harness.validate import invalid_figures
 from harness.workload import PROBE_PREFILL, PROBE_TOKENS, Profile, probe_for, probe_source, prompt_ids
 from linnet_core.checkpoint import synthetic_recipe
-from runners import REFERENCE, RunnerInfo
+from runners import REFERENCE, TRUTH, RunnerInfo
 from runners.base import RunSpec
 
 GIB = 2**30
@@ -172,6 +172,7 @@ def run_trials(settings: BenchSettings, result: ResultFile, path: Path, base_spe
     alike. A row's first trial decides a skip; a failed trial ends the row (failed, saying which trial); the result
     file is rewritten after every trial."""
     reference = Reference()
+    reference.load_truth(*score_truth(settings, base_spec, scratch, display))
     order = sorted(settings.runners, key=lambda r: r.id != REFERENCE)  # the reference first
     if all(r.id != REFERENCE for r in order):
         reference.load(*score_reference(settings, base_spec, scratch, display))
@@ -270,12 +271,16 @@ def serving_fields(info: RunnerInfo, profile: Profile, entry: ModelEntry, seed: 
 
 
 class Reference:
-    """The reference row's probe logits and greedy tokens, once it has run."""
+    """The reference row's probe logits and greedy tokens, once it has run, and the float64 truth's logits
+    (runners/transformers_truth.py) with the reference's own distance from them."""
 
     logits: np.ndarray | None = None
     tokens: list[int] | None = None
     shape: dict | None = None  # how peaked its distributions are (accuracy.distribution_shape), for the result file
     failure: str | None = "the reference has not run"
+    truth: np.ndarray | None = None  # float64 [positions, vocab]
+    truth_failure: str | None = "the float64 truth has not run"
+    truth_distance: float | None = None  # the reference's: every row's truth_ratio is over it
 
     def load(self, outcome: launch.ChildOutcome, work: Path) -> None:
         record = outcome.record
@@ -286,6 +291,33 @@ class Reference:
         self.tokens = record["tokens"]
         self.shape = accuracy.distribution_shape(self.logits)
         self.failure = None
+        self.link()
+
+    def load_truth(self, outcome: launch.ChildOutcome, work: Path) -> None:
+        record = outcome.record
+        if record is None or record["status"] != "ok":
+            self.truth_failure = f"the float64 truth did not run ({(record or {}).get('reason') or outcome.failure})"
+            return
+        self.truth, self.truth_failure = np.load(work / "logits.npy"), None
+        self.link()
+
+    def link(self) -> None:
+        """The reference's own distance from the truth, once both have run (in either order on a cluster)."""
+        if self.logits is not None and self.truth is not None and self.truth.shape == self.logits.shape:
+            self.truth_distance = max_difference(self.logits, self.truth)
+
+
+def max_difference(a: np.ndarray, b: np.ndarray) -> float:
+    """max |a - b| in float64: the distance of two sets of probe logits."""
+    return float(np.max(np.abs(a.astype(np.float64) - b.astype(np.float64))))
+
+
+def score_truth(settings, base_spec, scratch: Path, display: Display):
+    """Runs the float64 truth (runners/transformers_truth.py) in its own child, before any row."""
+    display.start(TRUTH)
+    spec = trial_spec(settings, TRUTH, base_spec, scratch / "truth", mode="truth")
+    outcome = launch.run_child(spec, timeout_for(settings, TRUTH), lambda t: display.progress(TRUTH, t))
+    return outcome, spec.work
 
 
 def score_reference(settings, base_spec, scratch: Path, display: Display):
@@ -305,8 +337,9 @@ def make_row(info: RunnerInfo, outcome: launch.ChildOutcome, work: Path, referen
     if record is None:
         row.reason = outcome.failure
         return row
-    if record["status"] == "skipped":
-        row.status, row.reason = "skipped", record["reason"]
+    if record["status"] != "ok":  # skipped, or failed by the runner's own verdict (runners.base.RowRefused)
+        row.status, row.reason = record["status"], record["reason"]
+        row.notes = list(record.get("notes", []))
         return row
     row.status = "ok"
     row.notes = list(record.get("notes", []))
@@ -330,17 +363,17 @@ def trial_metrics(record: dict, outcome: launch.ChildOutcome) -> dict:
 def compare_with_reference(row: Row, record: dict, work: Path, reference: Reference) -> None:
     """Sets the row's distance (max |logits - reference|), its accuracy figures (KL divergence from the reference's
     distributions, top-1 agreement) and how many greedy tokens agree with the reference."""
-    if not record.get("has_logits"):
+    logits = np.load(work / "logits.npy") if record.get("has_logits") else None
+    if logits is None:
         row.notes.append("not compared: this engine exposes no logits")
-    elif reference.failure:
-        row.notes.append(f"not compared: {reference.failure}")
-        return
     else:
-        logits = np.load(work / "logits.npy")
-        if logits.shape != reference.logits.shape:
+        compare_with_truth(row, logits, reference)
+        if reference.failure:
+            row.notes.append(f"not compared: {reference.failure}")
+        elif logits.shape != reference.logits.shape:
             row.notes.append(f"not compared: logits of shape {logits.shape}, the reference's are {reference.logits.shape}")
         else:
-            row.distance = float(np.max(np.abs(logits.astype(np.float64) - reference.logits)))
+            row.distance = max_difference(logits, reference.logits)
             set_accuracy(row, reference.logits, logits)
     tokens = record.get("tokens")
     if tokens is not None and reference.tokens is not None:
@@ -348,6 +381,23 @@ def compare_with_reference(row: Row, record: dict, work: Path, reference: Refere
         row.tokens_agree = agree  # type: ignore[attr-defined]  # leading greedy tokens equal to the reference's
         if agree < len(tokens):
             row.notes.append(f"greedy tokens follow the reference's for {agree} of {len(tokens)}")
+
+
+def compare_with_truth(row: Row, logits: np.ndarray, reference: Reference) -> None:
+    """Sets the row's truth_distance (max |logits - the float64 truth|) and truth_ratio (that over the reference's own:
+    1 for the reference, near 1 for a row that rounds as transformers does, far above it for a wrong row, and far
+    below it for every row when the reference itself is wrong)."""
+    if reference.truth_failure:
+        row.notes.append(f"not compared with the truth: {reference.truth_failure}")
+        return
+    if logits.shape != reference.truth.shape:
+        row.notes.append(f"not compared with the truth: logits of shape {logits.shape}, the truth's are {reference.truth.shape}")
+        return
+    row.truth_distance = max_difference(logits, reference.truth)
+    if reference.truth_distance is None:
+        row.notes.append(f"no truth ratio: {reference.failure or 'the reference was not compared with the truth'}")
+    elif reference.truth_distance > 0 and np.isfinite(row.truth_distance):
+        row.truth_ratio = row.truth_distance / reference.truth_distance
 
 
 def set_accuracy(row: Row, reference: np.ndarray, logits: np.ndarray) -> None:

@@ -83,6 +83,21 @@ F16_PER_LAYER = 0.05
 QUANT_TOLERANCES = {"f16": TOLERANCES["f16"], "q8_0": float("inf"), "int8": float("inf")}
 
 
+# The largest truth_ratio that is not a wrong answer, by dtype: a row's distance from the float64 truth
+# (runners/transformers_truth.py) over the reference's own, both in the run's dtype. A row that rounds as transformers
+# does sits near 1. 16 bits: each engine rounds its activations at other places than transformers (fused projections,
+# another attention kernel), so up to 4x the reference's error is rounding; a wrong row (a lost bias, a position off by
+# one) is 100x and more. f32: the errors are summation order at 1e-6 relative, so the ratio of two such tiny distances
+# moves more (qwen2-tiny: 1.1-1.9 over six engines); 10. Rows whose weights are stored in fewer bits (`quant`) are
+# not judged by it: their distance is the rounding of their weights, and their accuracy bounds judge them.
+TRUTH_RATIO_BOUNDS = {"f32": 10.0, "f16": 4.0, "bf16": 4.0}
+
+
+def truth_ratio_bound(quant: str | None, dtype: str) -> float:
+    """A row's truth_ratio bound: its run dtype's, or none (infinity) for quantized weights."""
+    return float("inf") if quant else TRUTH_RATIO_BOUNDS.get(dtype, TRUTH_RATIO_BOUNDS["f32"])
+
+
 @dataclass(frozen=True)
 class AccuracyBound:
     """The loosest accuracy figures (harness/accuracy.py: KL(reference || row) over the probe's positions, top-1
@@ -329,9 +344,13 @@ def accuracy_bound(runner: str, quant: str | None, dtype: str) -> AccuracyBound:
     return ACCURACY_BOUNDS.get(own, run).loosest(run)
 
 
-def accuracy_problems(row: Row, bound: AccuracyBound) -> list[str]:
-    """What of the row's accuracy figures is beyond its bound (nothing when it has none: not compared)."""
+def accuracy_problems(row: Row, bound: AccuracyBound, truth_bound: float = float("inf")) -> list[str]:
+    """What of the row's accuracy figures is beyond its bound (nothing when it has none: not compared), its
+    truth_ratio included."""
     problems = []
+    if row.truth_ratio is not None and row.truth_ratio > truth_bound:
+        problems.append(f"{row.truth_ratio:.3g}x the reference's distance from the float64 truth, beyond its bound "
+                        f"{truth_bound:g}x")  # fmt: skip
     for name, value, limit, worse in (("mean KL", row.kl_mean, bound.kl_mean, float.__gt__),
                                       ("p99 KL", row.kl_p99, bound.kl_p99, float.__gt__),
                                       ("top-1 agreement", row.top1_agree, bound.top1_agree, float.__lt__)):  # fmt: skip
@@ -381,8 +400,10 @@ def compare_runs(cand_path: Path, cand: ResultFile, base_path: Path, base: Resul
     run_pairs = paired and same_duet(cand, base)
     for runner in [*base_rows, *(r for r in cand_rows if r not in base_rows)]:
         bound = row_tolerance(cand_rows.get(runner), base_rows.get(runner), cand)
-        accuracy = accuracy_bound(runner, getattr(cand_rows.get(runner), "quant", None), run_dtype(cand))
-        row = compare_row(runner, cand_rows.get(runner), base_rows.get(runner), bound, accuracy)
+        quant = getattr(cand_rows.get(runner), "quant", None) or (RUNNERS[runner].quant if runner in RUNNERS else None)
+        accuracy = accuracy_bound(runner, quant, run_dtype(cand))
+        row = compare_row(runner, cand_rows.get(runner), base_rows.get(runner), bound, accuracy,
+                          truth_ratio_bound(quant, run_dtype(cand)))  # fmt: skip
         if row.baseline_status == row.candidate_status == "ok" and not any(f.subject == "figures" for f in row.findings):
             compare_metrics(row, cand_rows[runner], base_rows[runner], refs, thresholds, paired, run_pairs)
         comparison.rows.append(row)
@@ -401,7 +422,7 @@ def reference_row(rows: dict[str, Row]) -> Row | None:
 
 
 def compare_row(runner: str, cand: Row | None, base: Row | None, bound: float,
-                accuracy: AccuracyBound | None = None) -> RowReport:  # fmt: skip
+                accuracy: AccuracyBound | None = None, truth_bound: float = float("inf")) -> RowReport:  # fmt: skip
     """Status and correctness: vanished, failed, skipped, new, the distance against its tolerance and the accuracy
     figures against their bound."""
     report = RowReport(runner, base.status if base else None, cand.status if cand else None,
@@ -419,7 +440,7 @@ def compare_row(runner: str, cand: Row | None, base: Row | None, bound: float,
         return report
 
     wrong = cand is not None and cand.distance is not None and cand.distance > bound
-    inaccurate = accuracy_problems(cand, accuracy) if cand is not None and accuracy is not None else []
+    inaccurate = accuracy_problems(cand, accuracy, truth_bound) if cand is not None and accuracy is not None else []
     if cand is None:
         lost = base.status == "ok"  # a row that measured nothing before loses nothing by vanishing
         add("regression" if lost else "note", "row", f"vanished: the candidate run has no such row (was {base.status})",

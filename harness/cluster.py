@@ -37,7 +37,7 @@ from harness.bench import (BenchSettings, Reference, RowTrials, make_row, new_re
 from harness.registry import checkpoint_for
 from harness.results import ResultFile, Row, write_result
 from linnet_core.errors import UserError
-from runners import REFERENCE, RunnerInfo, get_runner
+from runners import REFERENCE, TRUTH, RunnerInfo, get_runner
 
 LOCAL = "local"  # --cluster local: start a Ray cluster on this machine
 NODE_RESOURCE = "linnet_node"  # every node declares one; a CPU row takes it whole
@@ -176,9 +176,8 @@ class Driver:
 
     def run(self) -> list[Path]:
         try:
-            for run in self.runs:  # the reference first: its row, or an untimed scoring of it
-                asked = next((r for r in run.settings.runners if r.id == REFERENCE), None)
-                self.submit(run, asked or get_runner(REFERENCE), 1, "measure" if asked else "score")
+            for run in self.runs:  # the float64 truth, then the reference (every row is compared with both), then the rest
+                self.submit(run, TRUTH, 1, "truth")
             while self.pending:
                 ready, _ = self.ray.wait(list(self.pending), num_returns=1, timeout=1.0)  # Ctrl-C gets in between
                 for ref in ready:
@@ -231,6 +230,11 @@ class Driver:
 
     def receive(self, run: Run, info: RunnerInfo, k: int, mode: str, back: TrialResult, work: Path) -> None:
         """Turns a trial into its row (bench's code, reading the trial's logits from WORK) and submits what follows."""
+        if mode == "truth":
+            run.reference.load_truth(back.outcome, work)
+            asked = next((r for r in run.settings.runners if r.id == REFERENCE), None)
+            self.submit(run, asked or get_runner(REFERENCE), 1, "measure" if asked else "score")
+            return
         if info.id == REFERENCE and k == 1:
             run.reference.load(back.outcome, work)
             for other in run.settings.runners:

@@ -95,6 +95,14 @@ def reference_logits(runner: Runner, spec: RunSpec, progress: Progress) -> dict[
     return {"metrics": {}, "tokens": tokens, "logits": runner.score(spec.probe, spec.probe_prefill)}
 
 
+def truth_logits(runner: Runner, spec: RunSpec, progress: Progress) -> dict[str, Any]:
+    """The float64 truth's probe logits (runners/transformers_truth.py), untimed: no tokens are generated."""
+    progress("loading the float64 truth")
+    runner.load()
+    progress("the truth's forward over the probe")
+    return {"metrics": {}, "tokens": None, "logits": runner.score(spec.probe, spec.probe_prefill)}
+
+
 @dataclass(frozen=True)
 class RequestTiming:
     """One request as its client saw it."""

@@ -44,6 +44,9 @@ class Row(BaseModel):
     peer: str | None = None  # the runner id of the stack this row replaces
     quant: str | None = None  # the weights' quantization ("int8", "q8_0", "f16"); None: the run's dtype
     distance: float | None = None  # max |logits - reference logits|; None when not compared
+    # max |logits - the float64 truth's| (runners/transformers_truth.py), and that over the reference row's own
+    truth_distance: float | None = None
+    truth_ratio: float | None = None
     kl_mean: float | None = None  # mean over the probe's positions of KL(reference || row), nats (harness/accuracy.py)
     kl_p99: float | None = None  # the 99th percentile of that KL over the positions
     top1_agree: float | None = None  # share of the probe's positions whose top-1 token is the reference's

@@ -86,7 +86,8 @@ def invalid_figures(row: Any) -> list[str]:
     distance = data.get("distance")
     if distance is not None and not (is_number(distance) and distance >= 0):
         problems.append(f"distance is {describe(distance)}, not a finite number >= 0")
-    for name, high in (("kl_mean", math.inf), ("kl_p99", math.inf), ("top1_agree", 1.0)):  # harness/accuracy.py
+    for name, high in (("kl_mean", math.inf), ("kl_p99", math.inf), ("top1_agree", 1.0),  # harness/accuracy.py
+                       ("truth_distance", math.inf), ("truth_ratio", math.inf)):  # harness/bench.py
         value = data.get(name)
         if value is not None and not (is_number(value) and 0 <= value <= high):
             problems.append(f"{name} is {describe(value)}, not a finite number in [0, {high:g}]")

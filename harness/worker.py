@@ -33,39 +33,47 @@ def load_runner_class(target: str):
         return None, f"{missing} is not installed"
 
 
-def run(spec_path: Path, record_path: Path) -> None:
+def measures():
+    """What the child does, by the spec's kind ("serving") or mode (harness/protocol.py)."""
     from harness import protocol
+
+    return {"serving": protocol.measure_serving, "measure": protocol.measure, "time": protocol.measure,
+            "score": protocol.reference_logits, "truth": protocol.truth_logits}  # fmt: skip
+
+
+def run(spec_path: Path, record_path: Path) -> None:
     from harness.memory import own_peak_rss_bytes
     from runners.base import RunSpec
 
     spec = RunSpec.from_json(spec_path.read_text())
-    progress("importing")
-    cls, missing = load_runner_class(spec.module)
-    reason = missing or cls.unavailable(spec)
-    if reason:
-        record = {"status": "skipped", "reason": reason}
-    else:
-        runner = cls(spec)
-        if spec.kind == "serving":
-            measure = protocol.measure_serving
-        else:
-            measure = protocol.reference_logits if spec.mode == "score" else protocol.measure
-        out = measure(runner, spec, progress)
-        runner.close()
-        logits = out.pop("logits")
-        if logits is not None:
-            np.save(record_path.parent / "logits.npy", np.asarray(logits, dtype=np.float32))
-        record = {
-            "status": "ok",
-            **out,
-            "metrics": {**out["metrics"], **runner.metrics},
-            "notes": runner.notes,
-            "has_logits": logits is not None,
-        }
+    record = run_runner(spec, record_path.parent)
     record["child_max_rss_bytes"] = own_peak_rss_bytes()
     tmp = record_path.with_suffix(".tmp")
     tmp.write_text(json.dumps(record))
     tmp.replace(record_path)
+
+
+def run_runner(spec, work: Path) -> dict:
+    """The record of one runner's work: skipped with the reason, failed with its own one-line verdict (RowRefused),
+    or ok with its metrics (the probe's logits saved in WORK as logits.npy)."""
+    from runners.base import RowRefused
+
+    progress("importing")
+    cls, missing = load_runner_class(spec.module)
+    if reason := missing or cls.unavailable(spec):
+        return {"status": "skipped", "reason": reason}
+    runner = cls(spec)
+    try:
+        out = measures()[spec.kind if spec.kind == "serving" else spec.mode](runner, spec, progress)
+    except RowRefused as e:  # not a crash: the runner says why its row must not be published
+        return {"status": "failed", "reason": str(e), "notes": runner.notes}
+    finally:
+        runner.close()
+    logits = out.pop("logits")
+    if logits is not None:  # the truth's in float64: an f32 row is ~1e-5 from it
+        np.save(work / "logits.npy", np.asarray(logits, np.float64 if spec.mode == "truth" else np.float32))
+    return {"status": "ok", **out, "metrics": {**out["metrics"], **runner.metrics}, "notes": runner.notes,
+            "has_logits": logits is not None}  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -72,6 +72,8 @@ RUNNERS: dict[str, RunnerInfo] = {
 
 # The row every other row's logits are compared with.
 REFERENCE = "transformers"
+# The float64 truth beside it (runners/transformers_truth.py): computed once per run, untimed, never a row.
+TRUTH = RunnerInfo("transformers-f64", "runners.transformers_truth", "transformers, float64 on the CPU", "PyTorch")
 
 
 def get_runner(name: str) -> RunnerInfo:

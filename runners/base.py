@@ -10,6 +10,11 @@ from typing import Any, AsyncIterator
 import numpy as np
 
 
+class RowRefused(Exception):
+    """A runner's own verdict that its row must not be published (a reference that failed its self-check): the
+    worker records the row as failed with this one-line reason, not a traceback."""
+
+
 @dataclass(frozen=True)
 class RunSpec:
     """Everything a child process needs, sent as JSON. Unknown keys are errors."""
@@ -28,7 +33,9 @@ class RunSpec:
     probe_prefill: int  # how much of the probe is prefilled; the rest is fed one token at a time
     max_positions: int  # static caches hold this many positions (prompt + new, rounded up)
     work_dir: str  # a private directory for artefacts (compiled graphs, exports, logits)
-    mode: str = "measure"  # "measure" (time, then score) | "time" (a later trial: no probe) | "score" (reference logits only)
+    # "measure" (time, then score) | "time" (a later trial: no probe) | "score" (reference logits only) | "truth" (the
+    # float64 truth's probe logits: runners/transformers_truth.py)
+    mode: str = "measure"
     options: dict[str, Any] = field(default_factory=dict)  # runner-specific settings
     kind: str = "single"  # "single" (the single-request protocol) | "serving" (the serving workload)
     serving: dict[str, Any] | None = None  # for serving runners: harness.workload.ServingWorkload's fields

@@ -1,14 +1,16 @@
-"""transformers, compiled: Qwen2ForCausalLM under torch.compile over a static cache, as transformers' own
-generate does it: the decode step is compiled, the prefill (one call per prompt) runs eagerly."""
+"""transformers, compiled: the checkpoint's transformers model under torch.compile over a static cache, as
+transformers' own generate does it: the decode step is compiled, the prefill (one call per prompt) runs eagerly. At
+load its cached decode is proved against its own full forward (runners/_transformers.py), as the reference's is."""
 
 from __future__ import annotations
 
 import numpy as np
 import torch
-from transformers import AutoModelForCausalLM, StaticCache
+from transformers import StaticCache
 
 from runners import base
-from runners._torch import cuda_unavailable, torch_dtype
+from runners._torch import cuda_unavailable
+from runners._transformers import cache_keyword, check_cached_decode, forward, load_model
 
 
 class Runner(base.Runner):
@@ -17,11 +19,13 @@ class Runner(base.Runner):
         return cuda_unavailable(spec)
 
     def load(self):
-        torch.set_grad_enabled(False)
-        self.model = AutoModelForCausalLM.from_pretrained(
-            self.spec.checkpoint, dtype=torch_dtype(self.spec.dtype), attn_implementation="sdpa"
-        ).to(self.spec.device)
-        self.model.eval()
+        self.model = load_model(self.spec, "sdpa")
+        self.keyword = cache_keyword(self.model)
+        # checked eagerly: the compiled step takes the same keywords, and compiling here would move its first call's
+        # compile into the load time
+        difference = check_cached_decode(self.model, self.spec.probe, self.spec.dtype,
+                                         lambda ids, start, cache: self.forward(ids, start, cache, self.model.forward),
+                                         lambda: StaticCache(config=self.model.config, max_cache_len=self.spec.max_positions))  # fmt: skip
         self.cache = StaticCache(config=self.model.config, max_cache_len=self.spec.max_positions)
         # "reduce-overhead" adds CUDA graphs on a GPU; on a CPU inductor's default mode is the fast one.
         mode = "reduce-overhead" if self.spec.device == "cuda" else None
@@ -30,12 +34,15 @@ class Runner(base.Runner):
         # recompiles each step until the recompile limit fails the run, while None makes it symbolic after one
         self.decode_forward = torch.compile(self.model.forward, mode=mode, fullgraph=True, dynamic=None)
         self.notes.append(f"static cache of {self.spec.max_positions} positions; decode step compiled on first call")
+        self.notes.append(f"cached decode checked against a full forward at load: {difference:.2g} apart")
 
-    def forward(self, ids: torch.Tensor, start: int) -> torch.Tensor:
-        """Logits [1, T, vocab] for ids [1, T] at positions start..start+T-1, written into the static cache."""
+    def forward(self, ids: torch.Tensor, start: int, cache=None, step=None) -> torch.Tensor:
+        """Logits [1, T, vocab] for ids [1, T] at positions start..start+T-1, written into the static cache (the
+        runner's, or `cache`) by `step` (default: the compiled forward for one token, the eager one for a prompt)."""
         positions = torch.arange(start, start + ids.shape[1], device=ids.device)
-        forward = self.decode_forward if ids.shape[1] == 1 else self.model.forward
-        return forward(input_ids=ids, cache=self.cache, cache_position=positions, use_cache=True).logits
+        if step is None:
+            step = self.decode_forward if ids.shape[1] == 1 else self.model.forward
+        return forward(step, self.keyword, ids, self.cache if cache is None else cache, cache_position=positions)
 
     def prefill(self, prompt):
         self.cache.reset()

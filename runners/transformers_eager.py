@@ -1,13 +1,16 @@
-"""transformers, eager: the reference row. A greedy loop over Qwen2ForCausalLM with its dynamic cache."""
+"""transformers, eager: the reference row. A greedy loop over the checkpoint's transformers model (AutoModelForCausalLM)
+with its dynamic cache. At load it proves its cached decode against its own full forward (runners/_transformers.py)
+and refuses to be the reference otherwise."""
 
 from __future__ import annotations
 
 import numpy as np
 import torch
-from transformers import AutoModelForCausalLM, DynamicCache
+from transformers import DynamicCache
 
 from runners import base
-from runners._torch import cuda_unavailable, torch_dtype
+from runners._torch import cuda_unavailable
+from runners._transformers import cache_keyword, check_cached_decode, forward, load_model
 
 
 class Runner(base.Runner):
@@ -16,18 +19,22 @@ class Runner(base.Runner):
         return cuda_unavailable(spec)
 
     def load(self):
-        torch.set_grad_enabled(False)
-        self.model = AutoModelForCausalLM.from_pretrained(
-            self.spec.checkpoint, dtype=torch_dtype(self.spec.dtype), attn_implementation="eager"
-        ).to(self.spec.device)
-        self.model.eval()
+        self.model = load_model(self.spec, "eager")
+        self.keyword = cache_keyword(self.model)
+        difference = check_cached_decode(self.model, self.spec.probe, self.spec.dtype,
+                                         lambda ids, start, cache: forward(self.model, self.keyword, ids, cache),
+                                         self.new_cache)  # fmt: skip
+        self.notes.append(f"cached decode checked against a full forward at load: {difference:.2g} apart")
+
+    def new_cache(self) -> DynamicCache:
+        return DynamicCache(config=self.model.config)
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
         """Logits [1, T, vocab] for ids [1, T], appended to the cache."""
-        return self.model(input_ids=ids, cache=self.cache, use_cache=True).logits
+        return forward(self.model, self.keyword, ids, self.cache)
 
     def prefill(self, prompt):
-        self.cache = DynamicCache(config=self.model.config)
+        self.cache = self.new_cache()
         ids = torch.tensor([prompt], device=self.spec.device)
         self.next_id = self.forward(ids)[:, -1].argmax(-1, keepdim=True)  # [1, 1], stays on the device
         return self.next_id.item()
@@ -40,7 +47,7 @@ class Runner(base.Runner):
         return out
 
     def score(self, ids, n_prefill):
-        self.cache = DynamicCache(config=self.model.config)
+        self.cache = self.new_cache()
         ids_t = torch.tensor([ids], device=self.spec.device)
         rows = [self.forward(ids_t[:, :n_prefill])[0, -1]]
         for t in range(n_prefill, len(ids)):

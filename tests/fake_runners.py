@@ -95,3 +95,4 @@ class CrashWhenOnlyTimed(Counting):
         if self.spec.mode == "time":
             raise RuntimeError("planted crash when only timed")
         super().load()
+

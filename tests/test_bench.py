@@ -73,6 +73,33 @@ def test_both_transformers_rows_are_measured_with_distances(transformers_run):
     assert shape["positions"] >= 256 and 0 < shape["entropy_mean"] < shape["uniform_entropy"], shape
 
 
+def test_every_row_is_measured_against_the_float64_truth(transformers_run):
+    """The truth (transformers in float64 on the CPU, one full forward) is no row; each row's distance from it, and its
+    ratio to the reference's own, are. In f32 both transformers rows sit ~1e-5 from it."""
+    rows = {r.runner: r for r in transformers_run.rows}
+    assert "transformers-f64" not in rows
+    reference, compiled = rows["transformers"], rows["transformers-compiled"]
+    assert 0 < reference.truth_distance < 1e-4 and reference.truth_ratio == 1.0
+    assert 0 < compiled.truth_distance < 1e-4 and 0.2 < compiled.truth_ratio < 5
+    assert any("cached decode checked against a full forward" in n for n in reference.notes)
+
+
+def test_a_reference_whose_cache_is_ignored_refuses_to_be_the_reference(tiny, tmp_path):
+    """transformers 5.17 dropped `cache=` silently and the reference decoded without context, 25 from every right row.
+    Such a reference now fails its own check at load, in one line, and no row is compared with it; the float64 truth
+    still measures every row, and shows the right row right."""
+    runners = [RunnerInfo("transformers", "tests.fake_reference:ReferenceThatIgnoresItsCache", "transformers", "PyTorch"),
+               RUNNERS["transformers-compiled"]]  # fmt: skip
+    result = load_result(run_bench(settings(tiny, tmp_path, runners)))
+    reference, compiled = result.rows
+    assert reference.status == "failed" and reference.distance is None
+    assert "ignored the cache it was given, so it cannot be the reference" in reference.reason
+    assert "Traceback" not in reference.reason and len(reference.reason.splitlines()) == 1
+    assert compiled.status == "ok" and compiled.distance is None and compiled.truth_ratio is None
+    assert any(n.startswith("not compared: the reference did not run (transformers ") for n in compiled.notes)
+    assert 0 < compiled.truth_distance < 1e-4
+
+
 def test_the_result_file_records_the_run(transformers_run):
     r = transformers_run
     assert r.protocol == {"profile": "quick", "dtype": "f32", "device": "cpu", "timeout_s": 600, "trials": 1}

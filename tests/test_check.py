@@ -14,7 +14,7 @@ import pytest
 
 import numpy as np
 
-from harness.check import F16_PER_LAYER, GATE_THRESHOLDS, TOLERANCES, Thresholds, check, tolerance
+from harness.check import F16_PER_LAYER, GATE_THRESHOLDS, TOLERANCES, TRUTH_RATIO_BOUNDS, Thresholds, check, tolerance
 from harness.results import SCHEMA_VERSION, ResultFile, Row, load_result, write_result
 from harness.trials import merge_runs
 from linnet_core.errors import UserError
@@ -179,6 +179,27 @@ def test_bf16_rows_get_the_bf16_bound(tmp_path, distance, passes):
     base = run(row(REFERENCE), row("linnet-ort-bf16", distance=0.2), dtype="bf16")
     cand = run(row(REFERENCE), row("linnet-ort-bf16", distance=distance), dtype="bf16")
     assert compare(tmp_path, cand, base).passed is passes
+
+
+@pytest.mark.parametrize("runner, ratio, passes", [
+    ("linnet-cudagraphs", 3.5, True),  # rounds at other places than transformers: within 4x its error
+    ("linnet-cudagraphs", 25.0, False),  # a wrong row: its distance from the truth is 25x the reference's
+    ("linnet-torch-int8", 25.0, True),  # int8 weights: judged by its accuracy bounds, not by the truth ratio
+])
+def test_a_bf16_row_is_held_to_its_truth_ratio_bound(tmp_path, runner, ratio, passes):
+    """The truth ratio (a row's distance from the float64 truth over the reference's) catches a wrong row that the
+    distance alone cannot in 16 bits: there the reference's own rounding is as large as any row's."""
+    def rows(r):
+        return run(row(REFERENCE).model_copy(update={"truth_distance": 0.2, "truth_ratio": 1.0}),
+                   row(runner, distance=0.3).model_copy(update={"truth_distance": 0.2 * r, "truth_ratio": r}),
+                   dtype="bf16")  # fmt: skip
+
+    report = compare(tmp_path, rows(ratio), rows(1.2))
+    assert report.passed is passes
+    if not passes:
+        [finding] = report.findings("regression")
+        assert finding.subject == "accuracy" and "25x the reference's distance from the float64 truth" in finding.message
+    assert TRUTH_RATIO_BOUNDS["bf16"] == 4.0 < TRUTH_RATIO_BOUNDS["f32"]
 
 
 def test_a_row_that_became_failed_fails(tmp_path):

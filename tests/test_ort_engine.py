@@ -69,17 +69,17 @@ def test_scores_follow_transformers_through_the_cache_path(model_paths, tiny_che
     import torch
     from transformers import AutoModelForCausalLM, DynamicCache
 
+    from runners._transformers import cache_keyword, forward
+
     ids, n_prefill = PROMPTS["b"] + PROMPTS["a"], 11
     logits = OrtEngine(model_paths[3]).score(ids, n_prefill)
     assert logits.shape == (len(ids) - n_prefill + 1, 1024) and logits.dtype == np.float32
     model = AutoModelForCausalLM.from_pretrained(tiny_checkpoint, dtype=torch.float32, attn_implementation="eager")
     cache, t = DynamicCache(config=model.config), torch.tensor([ids])
+    keyword = cache_keyword(model)
     with torch.no_grad():
-        rows = [model(input_ids=t[:, :n_prefill], cache=cache, use_cache=True).logits[0, -1]]
-        rows += [
-            model(input_ids=t[:, i : i + 1], cache=cache, use_cache=True).logits[0, -1]
-            for i in range(n_prefill, len(ids))
-        ]
+        rows = [forward(model, keyword, t[:, :n_prefill], cache)[0, -1]]
+        rows += [forward(model, keyword, t[:, i : i + 1], cache)[0, -1] for i in range(n_prefill, len(ids))]
     assert np.abs(logits - torch.stack(rows).numpy()).max() <= 1e-4
 
 

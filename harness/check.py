@@ -151,6 +151,9 @@ METRICS = (
     Metric("serving_ttft_ms", "serve TTFT", "ms", False, False, ("serving_ttft_ms", "ttft_ms")),
     Metric("load_s", "load", "s", False, False, ("load_s",)),
     Metric("peak_mem_gib", "mem", "GiB", False, True, ("peak_mem_gib",)),
+    # a GPU's energy over the timed runs per generated token (harness/energy.py): lower is better
+    Metric("energy_j_per_tok", "energy", "J/tok", False, False, ("energy_j_per_tok",)),
+    Metric("serving_energy_j_per_tok", "serve energy", "J/tok", False, False, ("serving_energy_j_per_tok", "energy_j_per_tok")),
 )
 METRIC = {m.name: m for m in METRICS}
 SECONDS = {"ms": 1e-3, "s": 1.0}  # the time metrics' units, in seconds

@@ -21,7 +21,6 @@ from harness.bench import BenchSettings, Display, run_bench
 from harness.memory import nvml_handles
 from harness.registry import MODELS, get_model
 from harness.results import Row, load_result, write_result
-from harness.site.context import machine_name
 from harness.validate import printable
 from harness.workload import PROFILES, get_profile
 from linnet_core.dtypes import NAMES as DTYPES
@@ -108,6 +107,8 @@ def run(
     except KeyboardInterrupt:
         console.print("[yellow]interrupted[/]: the finished rows are kept in the result file (complete: false)")
         raise typer.Exit(130)
+    from harness.site.context import machine_name  # the site (and plotly) only for a cluster run's closing lines
+
     for path in paths:
         result = load_result(path)
         console.print(f"[bold]{result.model}[/] on {machine_name(result)}")
@@ -273,9 +274,13 @@ class ClusterLines(clusters.ClusterDisplay):
     """A cluster run's rows finish in any order on any machine: a line each, saying which; the tables close the run."""
 
     def begin(self, result, path):
+        from harness.site.context import machine_name
+
         console.print(f"[bold]{result.model}[/] · {result.protocol['dtype']} on {machine_name(result)} · writing {path}")
 
     def finish(self, result, row):
+        from harness.site.context import machine_name
+
         reason = f": {row.reason.splitlines()[0][:160]}" if row.reason else ""
         console.print(f"{row.status} {result.model} · {machine_name(result)} · {row.runner}{reason}", highlight=False, markup=False)
 

@@ -7,6 +7,7 @@ import dataclasses
 import datetime as dt
 import shutil
 import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -19,7 +20,7 @@ from harness.trials import combine_trials
 from harness.validate import invalid_figures
 from harness.workload import PROBE_PREFILL, PROBE_TOKENS, Profile, probe_for, probe_source, prompt_ids
 from linnet_core.checkpoint import synthetic_recipe
-from runners import REFERENCE, TRUTH, RunnerInfo
+from runners import REFERENCE, TRUTH, RunnerInfo, get_runner
 from runners.base import RunSpec
 
 GIB = 2**30
@@ -38,6 +39,12 @@ class BenchSettings:
     timeout_s: float | None = None  # per runner; the profile's when None
     trials: int | None = None  # K: fresh processes per row, round robin; the profile's defaults when None
     peer_duet_s: float = 0.0  # > 0: after the trials, time each Linnet row in turns with its peer (harness/duet.py)
+    budget_s: float | None = None  # the whole run's seconds (`run --budget`): no trial starts once they are spent
+    runs: int | None = None  # timed runs per trial (`run --runs`); the profile's when None
+
+    @property
+    def timed_runs(self) -> int:
+        return self.runs or self.profile.runs
 
 
 class Display:
@@ -93,7 +100,7 @@ def new_result(settings: BenchSettings, weights: str, machine: dict, created_at:
             "new_tokens": profile.new_tokens,
             "batch": 1,
             "warmups": profile.warmups,
-            "runs": profile.runs,
+            "runs": settings.timed_runs,
             "seed": settings.seed,
             "max_positions": profile.max_positions,
             "probe_tokens": PROBE_TOKENS,
@@ -107,6 +114,7 @@ def new_result(settings: BenchSettings, weights: str, machine: dict, created_at:
                   # K: each row's trials (fresh processes), round robin; serving rows may run fewer
                   "trials": trials_for("single", settings),
                   **({"peer_duet_s": settings.peer_duet_s} if settings.peer_duet_s > 0 else {}),
+                  **({"budget_s": settings.budget_s} if settings.budget_s is not None else {}),
                   **({"serving_trials": trials_for("serving", settings)} if serving else {})},  # fmt: skip
         weights=weights,
         weights_recipe=synthetic_recipe(settings.model.config) if weights == "synthetic" else None,
@@ -140,7 +148,7 @@ def spec_fields(settings: BenchSettings, ckpt: Path) -> dict:
         prompt=prompt_ids(profile.prompt_tokens, entry.first_special_token, settings.seed),
         new_tokens=profile.new_tokens,
         warmups=profile.warmups,
-        runs=profile.runs,
+        runs=settings.timed_runs,
         probe=probe,
         probe_prefill=PROBE_PREFILL,
         max_positions=profile.max_positions,
@@ -170,12 +178,15 @@ def run_trials(settings: BenchSettings, result: ResultFile, path: Path, base_spe
                display: Display) -> None:  # fmt: skip
     """Round robin over the rows, trial by trial (A B C A B C ...), so that a slow spell of the machine hits every row
     alike. A row's first trial decides a skip; a failed trial ends the row (failed, saying which trial); the result
-    file is rewritten after every trial."""
+    file is rewritten after every trial. With a budget (--budget), no trial starts once it is spent and a running
+    child is cut at it: every row gets its first trial before any gets its second."""
+    budget = Budget(settings.budget_s)
+    children = Children(settings, scratch, budget, display)
     reference = Reference()
-    reference.load_truth(*score_truth(settings, base_spec, scratch, display))
+    reference.load_truth(*children.run(TRUTH, base_spec, scratch / "truth", "truth"))
     order = sorted(settings.runners, key=lambda r: r.id != REFERENCE)  # the reference first
     if all(r.id != REFERENCE for r in order):
-        reference.load(*score_reference(settings, base_spec, scratch, display))
+        reference.load(*children.run(get_runner(REFERENCE), base_spec, scratch / "reference", "score"))
     planned = {info.id: trials_for(info.kind, settings) for info in order}
     rows: dict[str, RowTrials] = {}
     for k in range(1, max(planned.values(), default=0) + 1):
@@ -183,23 +194,88 @@ def run_trials(settings: BenchSettings, result: ResultFile, path: Path, base_spe
             done = rows.get(info.id)
             if k > planned[info.id] or (done is not None and done.row.status != "ok"):
                 continue
-            display.start(info)
-            # the row's distance and accuracy are its first trial's: later trials skip the probe (0.5B: a minute each)
-            spec = trial_spec(settings, info, base_spec, scratch / info.id / f"trial-{k}", "measure" if k == 1 else "time")
-            timeout = timeout_for(settings, info)
+            if budget.spent():
+                if done is None:
+                    done = rows[info.id] = RowTrials(budget.unstarted_row(info))
+                    result.rows.append(done.row)
+                elif k == len(done.metrics) + 1:
+                    done.row.notes.append(budget.cut_note(len(done.metrics), planned[info.id]))
+                write_result(result, path)
+                continue
             label = f"trial {k}/{planned[info.id]} · " if planned[info.id] > 1 else ""
-            outcome = launch.run_child(spec, timeout, lambda t, info=info: display.progress(info, label + t))
+            # the row's distance and accuracy are its first trial's: later trials skip the probe (0.5B: a minute each)
+            outcome, work = children.run(info, base_spec, scratch / info.id / f"trial-{k}", "measure" if k == 1 else "time",
+                                         label)  # fmt: skip
             if done is None:
                 if info.id == REFERENCE:
-                    reference.load(outcome, spec.work)
+                    reference.load(outcome, work)
                 result.reference_distributions = reference.shape
-                done = rows[info.id] = RowTrials(make_row(info, outcome, spec.work, reference))
+                done = rows[info.id] = RowTrials(make_row(info, outcome, work, reference))
                 result.rows.append(done.row)
+            elif Budget.cut(outcome):  # a later trial the budget cut short is not the row's failure: it is dropped
+                done.row.notes.append(budget.cut_note(len(done.metrics), planned[info.id]))
             else:
                 done.add(outcome, k, planned[info.id])
-            shutil.rmtree(spec.work, ignore_errors=True)  # its exports and logits are read: free the disk (0.5B: GiBs)
+            shutil.rmtree(work, ignore_errors=True)  # its exports and logits are read: free the disk (0.5B: GiBs)
             write_result(result, path)
             display.finish(done.row)  # after every trial: the row as summarised so far
+
+
+class Budget:
+    """A run's time budget (`run --budget SECONDS`): what fits a short GPU window. None: no budget."""
+
+    def __init__(self, seconds: float | None):
+        self.seconds = seconds
+        self.deadline = None if seconds is None else time.monotonic() + seconds
+
+    def left(self) -> float:
+        return float("inf") if self.deadline is None else self.deadline - time.monotonic()
+
+    def spent(self) -> bool:
+        return self.left() < MIN_TRIAL_S
+
+    def timeout(self, timeout_s: float) -> float:
+        """A child's timeout: its own, or what is left of the budget when that is less."""
+        return min(timeout_s, max(self.left(), 1.0))
+
+    def cut_short(self, outcome: launch.ChildOutcome, own_timeout_s: float, given_s: float) -> None:
+        """Says so in the outcome when the child timed out at the budget's end rather than at its own timeout."""
+        if given_s < own_timeout_s and outcome.record is None and (outcome.failure or "").startswith("timed out"):
+            outcome.failure = f"{CUT_SHORT} of {self.seconds:g} s was spent ({outcome.failure})"
+
+    @staticmethod
+    def cut(outcome: launch.ChildOutcome) -> bool:
+        return (outcome.failure or "").startswith(CUT_SHORT)
+
+    def unstarted_row(self, info: RunnerInfo) -> Row:
+        return Row(runner=info.id, label=info.label, group=info.group, peer=info.peer, quant=info.quant,
+                   status="skipped", reason=f"not started: the run's budget of {self.seconds:g} s was spent")  # fmt: skip
+
+    def cut_note(self, trials: int, planned: int) -> str:
+        return f"{trials} of {planned} trials: the run's budget of {self.seconds:g} s was spent"
+
+
+# A trial is not started with less of the budget left than this: a child's imports alone take seconds.
+MIN_TRIAL_S = 10.0
+CUT_SHORT = "cut short: the run's budget"
+
+
+class Children:
+    """Starts a run's children: each within the run's budget, sharing the run's compile caches (launch.compile_caches)."""
+
+    def __init__(self, settings: BenchSettings, scratch: Path, budget: Budget, display: Display):
+        self.settings, self.budget, self.display = settings, budget, display
+        self.env = launch.compile_caches(scratch / "compile-cache")
+
+    def run(self, info: RunnerInfo, base_spec: dict, work: Path, mode: str, label: str = ""):
+        """One child of `info` in `mode`; returns its outcome and its work directory."""
+        self.display.start(info)
+        spec = trial_spec(self.settings, info, base_spec, work, mode)
+        own = timeout_for(self.settings, info)
+        timeout = self.budget.timeout(own)
+        outcome = launch.run_child(spec, timeout, lambda t: self.display.progress(info, label + t), self.env)
+        self.budget.cut_short(outcome, own, timeout)
+        return outcome, spec.work
 
 
 # Process pairs of a peer duet: two, so that one process's luck (where its memory landed) cannot make the figure.
@@ -284,8 +360,9 @@ class Reference:
 
     def load(self, outcome: launch.ChildOutcome, work: Path) -> None:
         record = outcome.record
-        if record is None or record["status"] != "ok":
-            self.failure = f"the reference did not run ({(record or {}).get('reason') or outcome.failure})"
+        if record is None or record["status"] != "ok" or not record.get("has_logits"):
+            why = (record or {}).get("reason") or outcome.failure or "it gave no logits"
+            self.failure = f"the reference did not run ({why})"
             return
         self.logits = np.load(work / "logits.npy")
         self.tokens = record["tokens"]
@@ -295,8 +372,9 @@ class Reference:
 
     def load_truth(self, outcome: launch.ChildOutcome, work: Path) -> None:
         record = outcome.record
-        if record is None or record["status"] != "ok":
-            self.truth_failure = f"the float64 truth did not run ({(record or {}).get('reason') or outcome.failure})"
+        if record is None or record["status"] != "ok" or not record.get("has_logits"):
+            why = (record or {}).get("reason") or outcome.failure or "it gave no logits"
+            self.truth_failure = f"the float64 truth did not run ({why})"
             return
         self.truth, self.truth_failure = np.load(work / "logits.npy"), None
         self.link()
@@ -310,25 +388,6 @@ class Reference:
 def max_difference(a: np.ndarray, b: np.ndarray) -> float:
     """max |a - b| in float64: the distance of two sets of probe logits."""
     return float(np.max(np.abs(a.astype(np.float64) - b.astype(np.float64))))
-
-
-def score_truth(settings, base_spec, scratch: Path, display: Display):
-    """Runs the float64 truth (runners/transformers_truth.py) in its own child, before any row."""
-    display.start(TRUTH)
-    spec = trial_spec(settings, TRUTH, base_spec, scratch / "truth", mode="truth")
-    outcome = launch.run_child(spec, timeout_for(settings, TRUTH), lambda t: display.progress(TRUTH, t))
-    return outcome, spec.work
-
-
-def score_reference(settings, base_spec, scratch: Path, display: Display):
-    """Runs the reference untimed for its logits and tokens when its row was not asked for."""
-    from runners import get_runner
-
-    info = get_runner(REFERENCE)
-    display.start(info)
-    spec = trial_spec(settings, info, base_spec, scratch / "reference", mode="score")
-    outcome = launch.run_child(spec, timeout_for(settings, info), lambda t: display.progress(info, t))
-    return outcome, spec.work
 
 
 def make_row(info: RunnerInfo, outcome: launch.ChildOutcome, work: Path, reference: Reference) -> Row:

@@ -62,6 +62,8 @@ def run(
     seed: int = typer.Option(0, help="seed of the prompt, the probe and synthetic weights"),
     trials: Optional[int] = typer.Option(None, min=1, max=100, help="fresh processes per row, round robin over the rows (default: the profile's; default and cpu: 3, serving rows 1)"),
     peer_duets: float = typer.Option(0.0, "--peer-duets", min=0, max=600, help="after the trials, time each Linnet row in turns with the stack it replaces for this many seconds per process pair (2 pairs); the page's comparison then rests on those run pairs (0: off)"),
+    runs: Optional[int] = typer.Option(None, "--runs", min=1, max=1000, help="timed runs per trial of a single-request row (default: the profile's)"),
+    budget: Optional[float] = typer.Option(None, help="seconds each run (a model on a device in a dtype) may take: no trial starts once they are spent and a running child is cut at them; every row gets its first trial before any its second (a short GPU window: scripts/gpu-suite.sh)"),
     cluster: Optional[str] = typer.Option(None, help="run the rows as tasks on the Ray cluster at this address (HEAD:6379), or `local` to start one here (needs the `cluster` extra)"),
     accelerator_type: Optional[list[str]] = typer.Option(None, "--accelerator-type", help="with --cluster: run every row on each of these kinds of GPU (Ray's accelerator_type:NAME, e.g. H100); repeat"),
 ) -> None:
@@ -69,6 +71,10 @@ def run(
     (per model and machine on a cluster)."""
     if timeout is not None and not (math.isfinite(timeout) and timeout > 0):
         raise UserError(f"--timeout {timeout}: give a number of seconds above 0, e.g. --timeout 600")
+    if budget is not None and not (math.isfinite(budget) and 0 < budget <= 7 * 24 * 3600):
+        raise UserError(f"--budget {budget}: give the run's seconds, above 0 and at most a week, e.g. --budget 400")
+    if budget is not None and cluster is not None:
+        raise UserError("--budget times a run here, not on a cluster: leave out one of --budget and --cluster")
     entries = [get_model(m) for m in model]
     for d in device or ():
         if d not in ("cpu", "cuda"):
@@ -86,14 +92,14 @@ def run(
 
     def matrix(has_gpu) -> list[BenchSettings]:
         """Each model x device x dtype, with the profile its device and model call for."""
-        runs = []
+        matrix_runs = []
         for entry in entries:
             for dev in device or ["cuda" if has_gpu() else "cpu"]:
                 for dt in dtype or ["bf16" if dev == "cuda" else "f32"]:
                     name = profile or ("default" if dev == "cuda" or entry.is_tiny else "cpu")
-                    runs.append(BenchSettings(entry, chosen, get_profile(name), dt, dev, weights, out, seed, timeout, trials,
-                                              peer_duets))  # fmt: skip
-        return runs
+                    matrix_runs.append(BenchSettings(entry, chosen, get_profile(name), dt, dev, weights, out, seed, timeout, trials,
+                                              peer_duets, budget, runs))  # fmt: skip
+        return matrix_runs
 
     try:
         if cluster is None:

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Downloads (here, where pip reaches the registry) the wheels the lent H200 lacks for the GPU suite, into .whl/
-# (ignored by git; carried to the device with `carry: [".whl"]`). The H200's image runs Python 3.12 and has
-# torch, JAX, ONNX Runtime, transformers, typer, rich, psutil, safetensors and nvidia-ml-py; not pydantic.
+# (ignored by git; carried to the device with `carry: [".whl"]`, well under its 64 MiB). The H200's image runs Python
+# 3.12 and has torch, JAX, ONNX Runtime, transformers, typer, rich, psutil, safetensors and nvidia-ml-py; not pydantic.
+# `linnet-bench run` imports neither the site nor plotly (tests/test_gpu_suite.py), so no plotly is carried.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 mkdir -p .whl
@@ -11,3 +12,4 @@ for spec in pydantic==2.14.4 pydantic-core==2.50.5 annotated-types==0.8.0 typing
     --platform any -d .whl "$spec"
 done
 ls -l .whl
+du -sh .whl

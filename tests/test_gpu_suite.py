@@ -1,0 +1,87 @@
+"""The GPU suite (scripts/gpu-suite.sh) prepared on a CPU: its exact command line in dry mode, a run's budget, and
+`linnet-bench run` without the site's packages (the GPU image has no plotly)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from harness.bench import BenchSettings, run_bench
+from harness.results import load_result
+from harness.workload import get_profile
+from runners import RunnerInfo
+
+ROOT = Path(__file__).resolve().parent.parent
+SUITE_ROWS = ["transformers", "transformers-compiled", "linnet-cudagraphs", "linnet-jax", "serve-linnet-cudagraphs",
+              "serve-linnet-xla", "linnet-torch", "linnet-inductor", "linnet-stablehlo", "serve-transformers-batched"]  # fmt: skip
+
+
+@pytest.fixture
+def without_plotly(tmp_path) -> dict:
+    """An environment in which `import plotly` fails, in this process's children and theirs (PYTHONPATH)."""
+    blocked = tmp_path / "blocked"
+    (blocked / "plotly").mkdir(parents=True)
+    (blocked / "plotly" / "__init__.py").write_text("raise ImportError('plotly is not on the GPU image')\n")
+    return {**os.environ, "PYTHONPATH": os.pathsep.join([str(blocked), os.environ.get("PYTHONPATH", "")])}
+
+
+def test_the_suites_command_line_runs_in_dry_mode_without_plotly(tmp_path, without_plotly):
+    """What `make gpu` runs on the device, on the tiny model on this CPU: every row of the suite is there, the CUDA-only
+    one skipped with its reason, every other measured and within its truth-ratio bound, and the summary printed."""
+    env = {**without_plotly, "OUT": str(tmp_path / "out"), "PYTHON": sys.executable}
+    out = subprocess.run(["bash", "scripts/gpu-suite.sh", "--dry-run"], cwd=ROOT, env=env, capture_output=True, text=True,
+                         timeout=1200)  # fmt: skip
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    assert "result file:" in out.stdout and "Traceback" not in out.stdout + out.stderr
+    [path] = (tmp_path / "out").glob("*.json")  # copied beside the log, for the device tool to bring back
+    result = load_result(path)
+    rows = {r.runner: r for r in result.rows}
+    assert list(rows) == SUITE_ROWS and result.complete and result.protocol["budget_s"] == 600
+    assert rows["linnet-cudagraphs"].status == "skipped" and "need a GPU" in rows["linnet-cudagraphs"].reason
+    for runner, row in rows.items():
+        if runner != "linnet-cudagraphs":
+            assert row.status == "ok", (runner, row.reason)
+    for row in rows.values():
+        if row.truth_ratio is not None:
+            assert row.truth_ratio <= 10, (row.runner, row.truth_ratio)
+    assert rows["transformers"].truth_ratio == 1.0 and rows["linnet-jax"].truth_ratio is not None
+
+
+def test_run_imports_no_site_package(tmp_path, without_plotly):
+    out = subprocess.run([sys.executable, "-c", "import sys, harness.cli; print(sorted(m for m in sys.modules if m.split('.')[0] in "
+                          "('plotly', 'jinja2', 'harness.site', 'fastapi', 'uvicorn', 'ray', 'torch', 'jax')))"],
+                         cwd=ROOT, env=without_plotly, capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert out.returncode == 0 and out.stdout.strip() == "[]", out.stdout + out.stderr
+
+
+def fake(name: str, cls: str) -> RunnerInfo:
+    return RunnerInfo(name, f"tests.fake_runners:{cls}", name, "PyTorch")
+
+
+def test_a_budget_cuts_the_running_child_and_starts_no_more(tiny, tmp_path, monkeypatch):
+    """A 20 s budget cuts the hanging row's child at its end and starts nothing after it; the file says so. (The truth
+    and the reference are stand-ins here, so that the budget's arithmetic does not hang on how fast torch imports.)"""
+    from harness import bench
+
+    monkeypatch.setattr(bench, "TRUTH", fake("truth", "Counting"))
+    monkeypatch.setattr(bench, "get_runner", lambda name: fake(name, "Counting"))
+    settings = BenchSettings(tiny, (fake("hang", "Hang"), fake("counting", "Counting")), get_profile("quick"), "f32", "cpu",
+                             None, tmp_path, timeout_s=600, budget_s=20)  # fmt: skip
+    result = load_result(run_bench(settings))
+    hang, counting = result.rows
+    assert hang.status == "failed" and hang.reason.startswith("cut short: the run's budget of 20 s was spent"), hang.reason
+    assert counting.status == "skipped" and counting.reason == "not started: the run's budget of 20 s was spent"
+    assert "not compared with the truth: the float64 truth did not run (it gave no logits)" not in hang.notes
+    assert result.complete and result.protocol["budget_s"] == 20
+
+
+@pytest.mark.parametrize("budget", ["0", "-5", "nan", "inf", "1e12"])
+def test_a_budget_that_is_no_number_of_seconds_is_refused(budget, tmp_path):
+    out = subprocess.run([sys.executable, "-m", "harness.cli", "run", "qwen2-tiny", "--budget", budget, "--out", str(tmp_path)],
+                         cwd=ROOT, capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert out.returncode == 1 and out.stdout.strip().startswith(f"--budget {float(budget)}"), out.stdout + out.stderr
+    assert not list(tmp_path.iterdir())

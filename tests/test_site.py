@@ -46,11 +46,12 @@ class Node:
 
     def flat(self) -> str:
         """The text with each text node stripped and joined with nothing; columns beyond the published page
-        (class "extra") left out: how the seed page's text reads ("transformers12.4 ms93.2 tok/s")."""
+        (class "extra") and the one-line summaries of folded notes (they repeat the notes' start) left out: how the
+        seed page's text reads ("transformers12.4 ms93.2 tok/s")."""
         parts = []
         for child in self.children:
             if isinstance(child, Node):
-                if "extra" not in child.classes:
+                if "extra" not in child.classes and child.tag != "summary":
                     parts.append(child.flat())
             else:
                 parts.append(child.strip())
@@ -328,7 +329,7 @@ def test_raw_files_are_copied_and_linked_and_several_runs_draw_a_history(tmp_pat
     assert targets == {(site / "data" / "qwen2-tiny" / f"{r.run_id}.json").resolve() for r in (old, new)}
     assert all(load_result(t).run_id in ("20261201T100000Z", "20261202T100000Z") for t in targets)
     assert "runs of this setup" in tree.root.text()
-    history = figures(tree)["Decode speed over time"]["data"]
+    history = figures(tree)["Decode speed over the runs"]["data"]
     compiled = next(s for s in history if s["name"] == "transformers, compiled")
     assert compiled["y"] == [160.0, 200.0]  # decode / 0.5 on the two dates, oldest first
     assert next(tree.root.find_all("p", "machine-line")).text().endswith("measured 2026-12-02T10:00:00+00:00")
@@ -343,7 +344,7 @@ def test_runs_of_another_dtype_on_the_same_machine_get_their_own_section_and_his
     assert list(sections) == ["On AMD EPYC, 2 cores · bf16 · quick profile", "On AMD EPYC, 2 cores · f32 · quick profile"]
     f32 = sections["On AMD EPYC, 2 cores · f32 · quick profile"]
     assert next(f32.find_all("p", "machine-line")).text().endswith("measured 2026-12-02T10:00:00+00:00")  # its own latest
-    history = figures(tree)["Decode speed over time"]["data"]  # only the f32 setup has two runs
+    history = figures(tree)["Decode speed over the runs"]["data"]  # only the f32 setup has two runs
     assert next(s for s in history if s["name"] == "transformers, compiled")["y"] == [160.0, 200.0]
 
 
@@ -362,7 +363,7 @@ def test_the_index_lists_every_model_with_its_latest_run(tmp_path):
     assert "2026-12-02 10:00 UTC" in tiny and "2026-12-01" not in tiny  # the latest run only
     assert "fastest decode: 200 tok/s transformers, compiled" in tiny
     hrefs = [a.attrs["href"] for a in index.find_all("a")]
-    assert "models/qwen2-tiny.html#run-20261202T100000Z" in hrefs
+    assert "models/qwen2-tiny.html#setup-amd-epyc-2-cores-f32-quick-profile" in hrefs  # its setup, wherever it is
 
 
 def test_a_model_the_registry_no_longer_knows_still_gets_its_page(tmp_path):
@@ -571,28 +572,53 @@ def visit(browser, path: Path):
     return page, errors, requests
 
 
+def each_setup_opened(page):
+    """Shows each setup of a model page in turn (through its link), opens everything folded in it, and yields its
+    section once its charts are drawn (they draw as they show)."""
+    for anchor in page.eval_on_selector_all("section.run", "sections => sections.map(s => s.id)"):
+        page.evaluate("anchor => { location.hash = anchor; }", anchor)
+        page.wait_for_function("anchor => !document.getElementById(anchor).hidden", arg=anchor)
+        section = page.locator(f"#{anchor}")
+        section.evaluate("s => s.querySelectorAll('details').forEach(d => { d.open = true; })")
+        for chart in section.locator("div.chart").all():
+            chart.locator("svg.main-svg").first.wait_for(timeout=10_000)
+        yield section
+
+
+def cells_overflowing(page) -> list[str]:
+    """The table cells of the page whose content is wider than the cell, and the tables wider than their frame."""
+    return page.evaluate("""() => [
+        ...Array.from(document.querySelectorAll('td, th')).filter(c => c.offsetParent !== null && c.scrollWidth > c.clientWidth + 1)
+            .map(c => 'cell: ' + c.textContent.trim().slice(0, 60)),
+        ...Array.from(document.querySelectorAll('div.table-wrap')).filter(w => w.offsetParent !== null && w.scrollWidth > w.clientWidth + 1)
+            .map(w => 'table ' + w.scrollWidth + ' px wide in ' + w.clientWidth)]""")
+
+
+def chromium(p):
+    if not Path(CHROMIUM).exists():
+        pytest.fail(f"{CHROMIUM} is missing: run `make browser` (Debian's chromium package) before the tests")
+    return p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+
+
 def test_the_pages_draw_every_chart_offline_in_chromium(tmp_path):
     """Chromium opens every generated page from disk: every chart drawn, no console error, no request off disk,
     nothing injected by a hostile result file, hover text with the spread; a screenshot of each page is kept."""
-    if not Path(CHROMIUM).exists():
-        pytest.fail(f"{CHROMIUM} is missing: run `make browser` (Debian's chromium package) before the tests")
     from playwright.sync_api import sync_playwright
 
     site = render(tmp_path, PUBLISHED, hostile(), tiny_run("20261201T100000Z", decode=80.0))
     with_trials = render(tmp_path / "trials", trials_run(1800.0, between=0.3))  # schema 2: intervals, an unstable row
     pages = [site / "index.html", *sorted((site / "models").glob("*.html")), with_trials / "models" / "qwen2-tiny.html"]
     with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        browser = chromium(p)
         try:
             for path in pages:
                 page, errors, requests = visit(browser, path)
                 charts = page.locator("div.chart")
                 assert charts.count() == page.locator("script[type='application/json']").count()
-                for i in range(charts.count()):
-                    chart = charts.nth(i)
-                    chart.locator("svg.main-svg").first.wait_for(timeout=10_000)
-                    drawn = chart.locator("g.trace path").count()
-                    assert drawn > 0, f"{path.name}: chart {chart.get_attribute('id')} drew nothing"
+                for section in each_setup_opened(page):
+                    for chart in section.locator("div.chart").all():
+                        drawn = chart.locator("g.trace path").count()
+                        assert drawn > 0, f"{path.name}: chart {chart.get_attribute('id')} drew nothing"
                 if path.stem == "qwen2.5-0.5b-instruct":
                     assert charts.count() == 6
                     assert page.locator("#chart-0-ttft_ms g.trace.bars .point").count() == 17
@@ -610,10 +636,8 @@ def test_the_pages_draw_every_chart_offline_in_chromium(tmp_path):
                     )  # plotly's drag layer is on top
                     hover = page.locator("#chart-0-ttft_ms .hoverlayer .hovertext").text_content(timeout=5_000)
                     assert "median of 2 runs" in hover and "min–max" in hover, hover
-                # every table fits the 1280-pixel window: the notes column is read, not scrolled to or clipped
-                for wrap in page.locator("div.table-wrap").all():
-                    widths = wrap.evaluate("w => [w.scrollWidth, w.clientWidth]")
-                    assert widths[0] <= widths[1] + 1, f"{path.name}: a table {widths[0]} px wide in {widths[1]} px"
+                # every table fits the 1280-pixel window, opened: the notes column is read, not scrolled to or clipped
+                assert cells_overflowing(page) == [], path.name
                 shot = f"trials-{path.stem}" if path.is_relative_to(with_trials) else path.stem
                 page.screenshot(path=str(tmp_path / f"{shot}.png"), full_page=True)
                 assert errors == [], f"{path.name}: {errors}"

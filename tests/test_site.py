@@ -769,3 +769,156 @@ def test_the_page_says_what_the_probe_was(tmp_path):
     assert "The probe: 288 random token ids" in model_tree(render(tmp_path / "old", old), "qwen2-tiny").root.text()
     older = tiny_run("20261202T100000Z", decode=100.0)  # from before the file recorded the probe's length too
     assert "The probe: random token ids." in model_tree(render(tmp_path / "older", older), "qwen2-tiny").root.text()
+
+
+# ----- one setup at a time; history with change points; notes that fold; whiskers -----
+
+LONG_NOTE = ("CPU: synchronous dispatch (every call is awaited anyway, no hand-off to a worker thread); decode: the "
+             "remaining tokens in one jitted call, an XLA while loop over the decode step")  # fmt: skip
+
+
+def stepped_runs() -> list[ResultFile]:
+    """Three runs on one machine: a pair 8% apart whose min–max spreads overlap (noise), then "transformers, compiled"
+    nearly three times as fast (far beyond both spreads); and a later run on another machine, at yet another speed."""
+    steady, same = tiny_run("20261201T100000Z", decode=100.0), tiny_run("20261202T100000Z", decode=108.0)
+    step = tiny_run("20261203T100000Z", decode=100.0)
+    step.machine["git_commit"] = "0123456789abcdef0123456789abcdef01234567"
+    step.rows[1].metrics.update(decode_tok_s=600.0, decode_tok_s_min=590.0, decode_tok_s_max=610.0)
+    step.rows[1].notes = [LONG_NOTE]
+    other = tiny_run("20261203T120000Z", decode=400.0)
+    other.machine["cpu"] = "Intel Xeon"
+    return [steady, same, step, other]
+
+
+AMD = "setup-amd-epyc-2-cores-f32-quick-profile"
+XEON = "setup-intel-xeon-2-cores-f32-quick-profile"
+
+
+def test_a_step_beyond_the_runs_intervals_is_a_change_point_and_noise_is_not(tmp_path):
+    site = render(tmp_path, *stepped_runs())
+    tree = model_tree(site, "qwen2-tiny")
+    amd = next(s for s in tree.root.find_all("section", "run") if s.attrs["id"] == AMD)
+    change = "transformers, compiled: decode speed 216 → 600 tok/s (+177.8%) at 2026-12-03 10:00 · 0123456"
+    assert [li.text() for li in amd.find_all("li") if "→" in li.text()] == [change]  # the step; not 200 → 216
+    history = figures(tree)["Decode speed over the runs"]  # only the AMD setup has more than one run
+    labels = ["2026-12-01 10:00 · no commit", "2026-12-02 10:00 · no commit", "2026-12-03 10:00 · 0123456"]
+    assert history["layout"]["xaxis"]["categoryarray"] == labels  # x: the runs in run order, by date and commit
+    compiled = next(s for s in history["data"] if s["name"] == "transformers, compiled")
+    assert compiled["x"] == labels and compiled["y"] == [200.0, 216.0, 600.0]  # the Xeon run's 800 is on no line
+    assert compiled["error_y"]["array"] == pytest.approx([20.0, 21.6, 10.0])  # its min–max as whiskers
+    marked = next(s for s in history["data"] if s["name"] == "change point")
+    assert marked["x"] == [labels[2]] and marked["y"] == [600.0]
+    setups = [tr.text() for tr in next(tree.root.find_all("table", "setups")).find_all("tr")][1:]
+    assert setups[0].startswith("Intel Xeon, 2 cores · f32 · quick profile 2026-12-03 12:00 UTC 1 run")  # the newest
+    assert "AMD EPYC, 2 cores · f32 · quick profile 2026-12-01" not in setups[1] and "3 runs 1 change point" in setups[1]
+    index = Tree((site / "index.html").read_text()).root
+    latest = [a for a in index.find_all("a") if "→" in a.text()]
+    assert [a.text() for a in latest] == [f"{change} (AMD EPYC, 2 cores · f32 · quick profile)"]
+    assert latest[0].attrs["href"] == f"models/qwen2-tiny.html#{AMD}"
+    assert {a.attrs["href"] for a in index.find_all("a") if "quick profile" == a.text()[-13:]} == {
+        f"models/qwen2-tiny.html#{AMD}", f"models/qwen2-tiny.html#{XEON}"}  # fmt: skip
+
+
+def test_the_page_opens_on_a_gpu_setup_then_the_newest(tmp_path):
+    """A GPU run older than every CPU run still comes first: in the setups' table, the selector and the sections."""
+    gpu = published().model_copy(update={"model": "qwen2-tiny", "created_at": "2026-11-01T10:00:00+00:00"})
+    tree = model_tree(render(tmp_path, gpu, *stepped_runs()), "qwen2-tiny")
+    sections = [s.attrs["id"] for s in tree.root.find_all("section", "run")]
+    assert sections == ["setup-nvidia-h100-80gb-hbm3-bf16-default-profile", XEON, AMD]
+    assert [o.attrs["value"] for o in tree.root.find_all("option")] == sections
+    table = next(tree.root.find_all("table", "setups"))
+    assert [a.attrs["href"] for a in table.find_all("a")] == [f"#{s}" for s in sections]
+    h100 = next(tr.text() for tr in table.find_all("tr") if "H100" in tr.text())
+    assert "vs vLLM, one request: 1.49× faster" in h100  # each setup's headline comparisons
+
+
+def test_long_notes_fold_behind_a_one_line_summary_and_short_ones_stand(tmp_path):
+    from harness.site.table import NOTE_FITS
+
+    tree = model_tree(render(tmp_path, *stepped_runs()[:3]), "qwen2-tiny")
+    notes = {tr.text().split(" ")[0]: next(tr.find_all("td", "notes")) for tr in tree.root.find_all("tr")
+             if list(tr.find_all("td", "notes"))}  # fmt: skip
+    folded = next(notes["transformers,"].find_all("details", "fold"))
+    summary = next(folded.find_all("summary")).text()
+    assert summary.endswith("…") and len(summary) <= NOTE_FITS and LONG_NOTE.startswith(summary[:-2])
+    assert LONG_NOTE in folded.text()  # the whole note, once opened
+    assert not list(notes["transformers"].find_all("details"))  # no note: nothing to fold
+
+
+def test_bars_carry_their_intervals_as_whiskers_where_the_rows_kept_them(tmp_path):
+    result = trials_run(1800.0)
+    tree = model_tree(render(tmp_path / "trials", result), "qwen2-tiny")
+    figs = figures(tree)
+    bars = figs["Decode speed"]["data"][0]
+    rows = {r.label: r for r in result.rows}
+    for label, value, plus, minus in zip(bars["y"][1], bars["x"], bars["error_x"]["array"], bars["error_x"]["arrayminus"]):
+        low, high = rows[label].metrics["decode_tok_s_ci"]
+        assert (value - minus, value + plus) == pytest.approx((low, high)), label
+    assert "best bar is red. Whiskers: each row's 95% interval over its trials" in tree.root.text()  # said beside it
+    published_bars = figures(model_tree(render(tmp_path / "published", PUBLISHED)))["Decode speed"]["data"][0]
+    assert "error_x" not in published_bars  # the published page kept no interval: no whisker is invented
+
+
+def test_in_chromium_one_setup_shows_the_selector_switches_and_the_step_is_marked(tmp_path):
+    """At 1280 px: one setup shown (the newest), no table cell overflowing, folded or opened; the selector and a
+    setup's own link show another; the planted step is ringed on that setup's history chart."""
+    from playwright.sync_api import sync_playwright
+
+    site = render(tmp_path, *stepped_runs())
+    path = site / "models" / "qwen2-tiny.html"
+    with sync_playwright() as p:
+        browser = chromium(p)
+        try:
+            page, errors, _ = visit(browser, path)
+            shown = "() => Array.from(document.querySelectorAll('section.run')).filter(s => !s.hidden).map(s => s.id)"
+            assert page.evaluate(shown) == [XEON] and page.input_value("#setup-select") == XEON
+            assert cells_overflowing(page) == []
+            page.select_option("#setup-select", AMD)
+            page.wait_for_function(f"() => !document.getElementById('{AMD}').hidden")
+            assert page.evaluate(shown) == [AMD] and page.url.endswith(f"#{AMD}")
+            assert cells_overflowing(page) == []  # the long note folded
+            note = page.locator(f"#{AMD} details.fold").first
+            height = note.evaluate("d => d.closest('tr').getBoundingClientRect().height")
+            note.locator("summary").click()
+            assert note.evaluate("d => d.closest('tr').getBoundingClientRect().height") > height + 20  # opened
+            assert cells_overflowing(page) == []  # and it wraps inside its cell
+            chart = page.locator(f"#{AMD} div.chart[id^='history-'][id$='-decode_tok_s']")
+            chart.evaluate("c => { c.closest('details').open = true; }")
+            chart.locator("svg.main-svg").first.wait_for(timeout=10_000)
+            traces = chart.evaluate("c => c.data.map(t => t.name)")
+            rings = chart.locator("g.scatterlayer g.trace").nth(traces.index("change point")).locator("path.point")
+            assert rings.count() == 1 and rings.first.bounding_box()["width"] > 10  # one ring, drawn
+            assert errors == []
+            page.close()
+            page, errors, _ = visit(browser, path)  # a setup's own link opens on it
+            page.goto(f"{path.as_uri()}#{AMD}")
+            page.wait_for_function(f"() => !document.getElementById('{AMD}').hidden")
+            assert page.evaluate(shown) == [AMD] and errors == []
+            page.close()
+        finally:
+            browser.close()
+
+
+def test_in_chromium_the_committed_results_pages_are_a_few_screens_tall_and_fit_1280px(tmp_path):
+    """Every model page of the repository's own results, at 1280 x 900, is at most five screens tall until a reader
+    opens something, and no table cell overflows; the longest page, every setup opened, still fits."""
+    from playwright.sync_api import sync_playwright
+
+    build_site(Path(__file__).parents[1] / "results", tmp_path / "site")
+    pages = sorted((tmp_path / "site" / "models").glob("*.html"))
+    assert len(pages) >= 5
+    with sync_playwright() as p:
+        browser = chromium(p)
+        try:
+            for path in pages:
+                page, errors, _ = visit(browser, path)
+                height = page.evaluate("document.documentElement.scrollHeight")
+                assert height <= 5 * 900, f"{path.name}: {height} px tall"
+                assert cells_overflowing(page) == [], path.name
+                if path.stem == "qwen2-tiny":
+                    for _ in each_setup_opened(page):
+                        assert cells_overflowing(page) == [], path.name
+                assert errors == [], f"{path.name}: {errors}"
+                page.close()
+        finally:
+            browser.close()

@@ -854,6 +854,9 @@ def test_bars_carry_their_intervals_as_whiskers_where_the_rows_kept_them(tmp_pat
     for label, value, plus, minus in zip(bars["y"][1], bars["x"], bars["error_x"]["array"], bars["error_x"]["arrayminus"]):
         low, high = rows[label].metrics["decode_tok_s_ci"]
         assert (value - minus, value + plus) == pytest.approx((low, high)), label
+    texts = figs["Decode speed"]["data"][1]  # the figures written beyond the whiskers, not struck through by them
+    assert texts["mode"] == "text" and texts["text"] == bars["text"] and bars["textposition"] == "none"
+    assert texts["x"] == pytest.approx([v + plus for v, plus in zip(bars["x"], bars["error_x"]["array"])])
     assert "best bar is red. Whiskers: each row's 95% interval over its trials" in tree.root.text()  # said beside it
     published_bars = figures(model_tree(render(tmp_path / "published", PUBLISHED)))["Decode speed"]["data"][0]
     assert "error_x" not in published_bars  # the published page kept no interval: no whisker is invented

@@ -12,7 +12,7 @@ from harness.site import numbers
 from harness.site.comparisons import DECODE, FIRST_CALL, LOAD, MEMORY, SERVING, TTFT, Metric, best_row, in_page_order
 from harness.site.context import LoadedRun
 from harness.site.figures import Bar, Marker, Series, bar_figure, history_figure
-from harness.site.history import Change, Point, row_histories, run_labels
+from harness.site.history import RULE, Change, Point, row_histories, run_labels
 
 # What a whisker spans (Metric.interval).
 WHISKERS = "each row's 95% interval over its trials (the min–max of its runs where it ran in one trial)"
@@ -58,10 +58,10 @@ def metric_chart(metric: Metric, result: ResultFile, chart_id: str) -> ChartView
         for r in drawn
     ]  # fmt: skip
     description = f"{metric.unit}, {metric.direction}; the best bar is red."
-    if any(b.low is not None for b in bars):
-        description += f" Whiskers: {WHISKERS}."
     if metric is MEMORY:
         description = memory_description(memory_kind(result.rows), hidden)
+    if any(b.low is not None for b in bars):
+        description += f" Whiskers: {WHISKERS}."
     return ChartView(chart_id, metric_title(metric, result.rows), description, bar_figure(bars, metric.unit))
 
 
@@ -70,7 +70,7 @@ def memory_description(kind: str, hidden: list[Row]) -> str:
         text = "What the driver reports the process holding at its peak, in GiB"
     else:
         text = "The process's peak resident memory (RSS), sampled from outside, in GiB"
-    text += f"; lower is better; the best bar is red. Whiskers: {WHISKERS}."
+    text += "; lower is better; the best bar is red."
     if hidden:
         names = ", ".join(r.label for r in hidden)
         text += f" Not drawn, since theirs is a setting rather than a need: {names} (in the table)."
@@ -120,8 +120,8 @@ def history_charts(runs: tuple[LoadedRun, ...], index: int) -> tuple[tuple[Chart
                   for h in histories]  # fmt: skip
         markers = [Marker(c.after.run, c.after.value, f"changed: {c.text}") for c in changes]
         description = (f"{metric.unit}, {metric.direction}; one line per row over the {len(runs)} runs of this setup, "
-                       f"in run order (date and commit), with whiskers: {WHISKERS}. A ring marks a change point: "
-                       "the row's figure moved beyond both runs' intervals since its previous run.")  # fmt: skip
+                       f"in run order (date and commit), on a log axis, with whiskers: {WHISKERS}. A ring marks a change "
+                       f"point: {RULE}.")  # fmt: skip
         figure = history_figure(series, run_labels(runs), markers, metric.unit)
         charts.append(ChartView(f"history-{index}-{metric.key}", f"{metric.title} over the runs", description, figure))
     return tuple(charts), tuple(sorted(found, key=lambda c: c.measured, reverse=True))

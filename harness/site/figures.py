@@ -73,21 +73,28 @@ def distinct_labels(bars: list[Bar]) -> list[str]:
 
 
 def bar_figure(bars: list[Bar], unit: str) -> dict:
-    """Horizontal bars, first row on top, the value written beside each bar."""
+    """Horizontal bars, first row on top, the value written beside each bar (beyond its whisker, where it has one:
+    a bar's own text sits at the bar's end, where the whisker would strike it through)."""
     top = max(max(b.value, b.high or 0) for b in bars)
+    y = [[escape(b.group) for b in bars], distinct_labels(bars)]
+    error_x = whiskers([b.value for b in bars], [b.low for b in bars], [b.high for b in bars], "#3b4754")
     trace = go.Bar(
         orientation="h",
-        y=[[escape(b.group) for b in bars], distinct_labels(bars)],
+        y=y,
         x=[b.value for b in bars],
         text=[escape(b.text) for b in bars],
-        textposition="outside",
+        textposition="none" if error_x else "outside",
         cliponaxis=False,
         marker_color=[RED if b.best else GREY for b in bars],
-        error_x=whiskers([b.value for b in bars], [b.low for b in bars], [b.high for b in bars], "#3b4754"),
+        error_x=error_x,
         hovertext=[hover_text(b.hover) for b in bars],
         hoverinfo="text",
     )
     figure = go.Figure(trace)
+    if error_x:
+        figure.add_trace(go.Scatter(x=[max(b.value, b.high or 0) for b in bars], y=y, mode="text",
+                                    text=[escape(b.text) for b in bars], textposition="middle right",
+                                    cliponaxis=False, hoverinfo="skip"))  # fmt: skip
     figure.update_layout(
         height=BAR_PX * len(bars) + 70,
         margin=dict(l=10, r=30, t=10, b=45),

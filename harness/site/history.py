@@ -16,6 +16,8 @@ from harness.site.context import LoadedRun
 
 # The least relative move that counts as a change (asv's default regressions threshold).
 THRESHOLD = 0.05
+# The rule in words, as the page states it.
+RULE = f"the row's figure moved beyond both runs' intervals, and by more than {THRESHOLD:.0%}, since its previous run"
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,7 @@ from harness.registry import ModelEntry
 from harness.results import ResultFile
 from harness.site import numbers
 from harness.site.charts import ChartView, history_charts, metric_chart, metric_title
+from harness.site.history import RULE as CHANGE_RULE
 from harness.site.history import Change
 from harness.site.comparisons import CARDS, CHARTED, DECODE, SERVING, TTFT, Comparison, best_row, headline
 from harness.site.context import LoadedRun, ModelRuns, machine_name
@@ -87,6 +88,7 @@ class RunView:
     history: tuple[ChartView, ...]  # headline metrics over the runs of this setup (two runs or more)
     changes: tuple[Change, ...]  # the change points of its history, newest first
     earlier: tuple[Link, ...]  # every run of this setup, newest first, for download (when there are several)
+    change_rule: str = CHANGE_RULE  # what a change point is, in words
 
     @property
     def latest_changes(self) -> tuple[Change, ...]:

@@ -125,7 +125,8 @@ def whiskers(values: list[float], lows: list, highs: list, color: str | None = N
 
 def history_figure(series: list[Series], runs: list[str], markers: list[Marker], unit: str) -> dict:
     """One line per row over the runs (x: every run of the setup, oldest first, evenly spaced), its interval as
-    whiskers, on a log axis so that a step reads the same at any speed; change points ringed; the legend toggles rows."""
+    whiskers, on a log axis so that a step reads the same at any speed; change points ringed; the legend toggles
+    rows."""
     traces = [
         go.Scatter(x=list(s.runs), y=list(s.values), mode="lines+markers", name=escape(s.label),
                    error_y=whiskers(list(s.values), list(s.lows), list(s.highs)),
@@ -135,7 +136,8 @@ def history_figure(series: list[Series], runs: list[str], markers: list[Marker],
     if markers:
         traces.append(go.Scatter(x=[m.run for m in markers], y=[m.value for m in markers], mode="markers",
                                  name="change point", hovertext=[escape(m.text) for m in markers], hoverinfo="text",
-                                 marker=dict(symbol="circle-open", size=18, color=RED, line=dict(width=2.5))))  # fmt: skip
+                                 marker=dict(symbol="circle-open", size=18, color=RED,
+                                             line=dict(width=2.5))))  # fmt: skip
     figure = go.Figure(traces)
     figure.update_layout(
         height=380,

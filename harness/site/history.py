@@ -3,8 +3,8 @@
 A point is a row's figure in one run with its interval (Metric.interval: the 95% interval over trials, else the
 min–max of the run's runs). A change point is where a row's figure moved beyond both intervals between two consecutive
 runs that measured it, the later interval wholly above or below the earlier one: a move bigger than the noise either
-run saw, and by more than asv's default threshold (5%), so that a shift too small to matter is not news. A history is always of one setup (machine, dtype, profile), so runs of
-different machines never meet here."""
+run saw, and by more than asv's default threshold (5%), so that a shift too small to matter is not news. A history
+is always of one setup (machine, dtype, profile), so runs of different machines never meet here."""
 
 from __future__ import annotations
 
@@ -72,12 +72,13 @@ def row_histories(runs: tuple[LoadedRun, ...], metric: Metric) -> list[RowHistor
     """One history per runner id that measured the metric at least once, in page order, named by its latest label."""
     points: dict[str, list[Point]] = {}
     labels: dict[str, str] = {}
+    measured: dict[str, str] = {}  # run label -> when the run started
     for run, label in zip(runs, run_labels(runs)):
+        measured[label] = run.result.created_at
         for row in in_page_order(run.result.rows):
             if (value := metric.value(row)) is not None:
                 points.setdefault(row.runner, []).append(Point(label, value, metric.interval(row)))
                 labels[row.runner] = row.label
-    measured = {label: run.result.created_at for run, label in zip(runs, run_labels(runs))}
     return [RowHistory(labels[runner], tuple(p), tuple(changes(labels[runner], p, metric, measured)))
             for runner, p in points.items()]  # fmt: skip
 

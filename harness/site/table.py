@@ -115,8 +115,8 @@ def accuracy_column(title: str, figure: Callable[[Row], str]) -> Column:
 
 
 def metric_column(metric: Metric) -> Column:
-    return Column(metric.key, lambda rows: metric_title(metric, rows), lambda row, result: metric_cell(row, metric, result),
-                  extra=metric is FIRST_CALL)  # fmt: skip
+    return Column(metric.key, lambda rows: metric_title(metric, rows),
+                  lambda row, result: metric_cell(row, metric, result), extra=metric is FIRST_CALL)  # fmt: skip
 
 
 # The table's columns, left to right: the one place a column is defined. A column's key is its cells' class (the

@@ -485,6 +485,8 @@ HOSTILE = {
     "versions a string": (machine(versions="torch 2"), None),
     "versions null": (machine(versions=None), None),
     "versions a list": (machine(versions=[1, 2]), None),
+    "git_commit a list": (machine(git_commit=["<b>x</b>"]), None),
+    "decode interval reversed": (fastest(decode_tok_s_ci=[300.0, 100.0], trials=3), None),
     "cpu a list": (machine(cpu=["a", "b"], cpu_cores="many"), "machine.cpu is a list"),
     "whitespace reason": (fastest(status="failed", reason="   \n\t  "), None),
     "empty reason": (fastest(status="skipped", reason=""), None),

@@ -46,11 +46,12 @@ class Node:
 
     def flat(self) -> str:
         """The text with each text node stripped and joined with nothing; columns beyond the published page
-        (class "extra") left out: how the seed page's text reads ("transformers12.4 ms93.2 tok/s")."""
+        (class "extra") and the one-line summaries of folded notes (they repeat the notes' start) left out: how the
+        seed page's text reads ("transformers12.4 ms93.2 tok/s")."""
         parts = []
         for child in self.children:
             if isinstance(child, Node):
-                if "extra" not in child.classes:
+                if "extra" not in child.classes and child.tag != "summary":
                     parts.append(child.flat())
             else:
                 parts.append(child.strip())
@@ -328,7 +329,7 @@ def test_raw_files_are_copied_and_linked_and_several_runs_draw_a_history(tmp_pat
     assert targets == {(site / "data" / "qwen2-tiny" / f"{r.run_id}.json").resolve() for r in (old, new)}
     assert all(load_result(t).run_id in ("20261201T100000Z", "20261202T100000Z") for t in targets)
     assert "runs of this setup" in tree.root.text()
-    history = figures(tree)["Decode speed over time"]["data"]
+    history = figures(tree)["Decode speed over the runs"]["data"]
     compiled = next(s for s in history if s["name"] == "transformers, compiled")
     assert compiled["y"] == [160.0, 200.0]  # decode / 0.5 on the two dates, oldest first
     assert next(tree.root.find_all("p", "machine-line")).text().endswith("measured 2026-12-02T10:00:00+00:00")
@@ -343,7 +344,7 @@ def test_runs_of_another_dtype_on_the_same_machine_get_their_own_section_and_his
     assert list(sections) == ["On AMD EPYC, 2 cores · bf16 · quick profile", "On AMD EPYC, 2 cores · f32 · quick profile"]
     f32 = sections["On AMD EPYC, 2 cores · f32 · quick profile"]
     assert next(f32.find_all("p", "machine-line")).text().endswith("measured 2026-12-02T10:00:00+00:00")  # its own latest
-    history = figures(tree)["Decode speed over time"]["data"]  # only the f32 setup has two runs
+    history = figures(tree)["Decode speed over the runs"]["data"]  # only the f32 setup has two runs
     assert next(s for s in history if s["name"] == "transformers, compiled")["y"] == [160.0, 200.0]
 
 
@@ -362,7 +363,7 @@ def test_the_index_lists_every_model_with_its_latest_run(tmp_path):
     assert "2026-12-02 10:00 UTC" in tiny and "2026-12-01" not in tiny  # the latest run only
     assert "fastest decode: 200 tok/s transformers, compiled" in tiny
     hrefs = [a.attrs["href"] for a in index.find_all("a")]
-    assert "models/qwen2-tiny.html#run-20261202T100000Z" in hrefs
+    assert "models/qwen2-tiny.html#setup-amd-epyc-2-cores-f32-quick-profile" in hrefs  # its setup, wherever it is
 
 
 def test_a_model_the_registry_no_longer_knows_still_gets_its_page(tmp_path):
@@ -484,6 +485,8 @@ HOSTILE = {
     "versions a string": (machine(versions="torch 2"), None),
     "versions null": (machine(versions=None), None),
     "versions a list": (machine(versions=[1, 2]), None),
+    "git_commit a list": (machine(git_commit=["<b>x</b>"]), None),
+    "decode interval reversed": (fastest(decode_tok_s_ci=[300.0, 100.0], trials=3), None),
     "cpu a list": (machine(cpu=["a", "b"], cpu_cores="many"), "machine.cpu is a list"),
     "whitespace reason": (fastest(status="failed", reason="   \n\t  "), None),
     "empty reason": (fastest(status="skipped", reason=""), None),
@@ -571,28 +574,53 @@ def visit(browser, path: Path):
     return page, errors, requests
 
 
+def each_setup_opened(page):
+    """Shows each setup of a model page in turn (through its link), opens everything folded in it, and yields its
+    section once its charts are drawn (they draw as they show)."""
+    for anchor in page.eval_on_selector_all("section.run", "sections => sections.map(s => s.id)"):
+        page.evaluate("anchor => { location.hash = anchor; }", anchor)
+        page.wait_for_function("anchor => !document.getElementById(anchor).hidden", arg=anchor)
+        section = page.locator(f"#{anchor}")
+        section.evaluate("s => s.querySelectorAll('details').forEach(d => { d.open = true; })")
+        for chart in section.locator("div.chart").all():
+            chart.locator("svg.main-svg").first.wait_for(timeout=10_000)
+        yield section
+
+
+def cells_overflowing(page) -> list[str]:
+    """The table cells of the page whose content is wider than the cell, and the tables wider than their frame."""
+    return page.evaluate("""() => [
+        ...Array.from(document.querySelectorAll('td, th')).filter(c => c.offsetParent !== null && c.scrollWidth > c.clientWidth + 1)
+            .map(c => 'cell: ' + c.textContent.trim().slice(0, 60)),
+        ...Array.from(document.querySelectorAll('div.table-wrap')).filter(w => w.offsetParent !== null && w.scrollWidth > w.clientWidth + 1)
+            .map(w => 'table ' + w.scrollWidth + ' px wide in ' + w.clientWidth)]""")
+
+
+def chromium(p):
+    if not Path(CHROMIUM).exists():
+        pytest.fail(f"{CHROMIUM} is missing: run `make browser` (Debian's chromium package) before the tests")
+    return p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+
+
 def test_the_pages_draw_every_chart_offline_in_chromium(tmp_path):
     """Chromium opens every generated page from disk: every chart drawn, no console error, no request off disk,
     nothing injected by a hostile result file, hover text with the spread; a screenshot of each page is kept."""
-    if not Path(CHROMIUM).exists():
-        pytest.fail(f"{CHROMIUM} is missing: run `make browser` (Debian's chromium package) before the tests")
     from playwright.sync_api import sync_playwright
 
     site = render(tmp_path, PUBLISHED, hostile(), tiny_run("20261201T100000Z", decode=80.0))
     with_trials = render(tmp_path / "trials", trials_run(1800.0, between=0.3))  # schema 2: intervals, an unstable row
     pages = [site / "index.html", *sorted((site / "models").glob("*.html")), with_trials / "models" / "qwen2-tiny.html"]
     with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        browser = chromium(p)
         try:
             for path in pages:
                 page, errors, requests = visit(browser, path)
                 charts = page.locator("div.chart")
                 assert charts.count() == page.locator("script[type='application/json']").count()
-                for i in range(charts.count()):
-                    chart = charts.nth(i)
-                    chart.locator("svg.main-svg").first.wait_for(timeout=10_000)
-                    drawn = chart.locator("g.trace path").count()
-                    assert drawn > 0, f"{path.name}: chart {chart.get_attribute('id')} drew nothing"
+                for section in each_setup_opened(page):
+                    for chart in section.locator("div.chart").all():
+                        drawn = chart.locator("g.trace path").count()
+                        assert drawn > 0, f"{path.name}: chart {chart.get_attribute('id')} drew nothing"
                 if path.stem == "qwen2.5-0.5b-instruct":
                     assert charts.count() == 6
                     assert page.locator("#chart-0-ttft_ms g.trace.bars .point").count() == 17
@@ -610,10 +638,8 @@ def test_the_pages_draw_every_chart_offline_in_chromium(tmp_path):
                     )  # plotly's drag layer is on top
                     hover = page.locator("#chart-0-ttft_ms .hoverlayer .hovertext").text_content(timeout=5_000)
                     assert "median of 2 runs" in hover and "min–max" in hover, hover
-                # every table fits the 1280-pixel window: the notes column is read, not scrolled to or clipped
-                for wrap in page.locator("div.table-wrap").all():
-                    widths = wrap.evaluate("w => [w.scrollWidth, w.clientWidth]")
-                    assert widths[0] <= widths[1] + 1, f"{path.name}: a table {widths[0]} px wide in {widths[1]} px"
+                # every table fits the 1280-pixel window, opened: the notes column is read, not scrolled to or clipped
+                assert cells_overflowing(page) == [], path.name
                 shot = f"trials-{path.stem}" if path.is_relative_to(with_trials) else path.stem
                 page.screenshot(path=str(tmp_path / f"{shot}.png"), full_page=True)
                 assert errors == [], f"{path.name}: {errors}"
@@ -745,3 +771,159 @@ def test_the_page_says_what_the_probe_was(tmp_path):
     assert "The probe: 288 random token ids" in model_tree(render(tmp_path / "old", old), "qwen2-tiny").root.text()
     older = tiny_run("20261202T100000Z", decode=100.0)  # from before the file recorded the probe's length too
     assert "The probe: random token ids." in model_tree(render(tmp_path / "older", older), "qwen2-tiny").root.text()
+
+
+# ----- one setup at a time; history with change points; notes that fold; whiskers -----
+
+LONG_NOTE = ("CPU: synchronous dispatch (every call is awaited anyway, no hand-off to a worker thread); decode: the "
+             "remaining tokens in one jitted call, an XLA while loop over the decode step")  # fmt: skip
+
+
+def stepped_runs() -> list[ResultFile]:
+    """Three runs on one machine: a pair 8% apart whose min–max spreads overlap (noise), then "transformers, compiled"
+    nearly three times as fast (far beyond both spreads); and a later run on another machine, at yet another speed."""
+    steady, same = tiny_run("20261201T100000Z", decode=100.0), tiny_run("20261202T100000Z", decode=108.0)
+    step = tiny_run("20261203T100000Z", decode=100.0)
+    step.machine["git_commit"] = "0123456789abcdef0123456789abcdef01234567"
+    step.rows[1].metrics.update(decode_tok_s=600.0, decode_tok_s_min=590.0, decode_tok_s_max=610.0)
+    step.rows[1].notes = [LONG_NOTE]
+    other = tiny_run("20261203T120000Z", decode=400.0)
+    other.machine["cpu"] = "Intel Xeon"
+    return [steady, same, step, other]
+
+
+AMD = "setup-amd-epyc-2-cores-f32-quick-profile"
+XEON = "setup-intel-xeon-2-cores-f32-quick-profile"
+
+
+def test_a_step_beyond_the_runs_intervals_is_a_change_point_and_noise_is_not(tmp_path):
+    site = render(tmp_path, *stepped_runs())
+    tree = model_tree(site, "qwen2-tiny")
+    amd = next(s for s in tree.root.find_all("section", "run") if s.attrs["id"] == AMD)
+    change = "transformers, compiled: decode speed 216 → 600 tok/s (+177.8%) at 2026-12-03 10:00 · 0123456"
+    assert [li.text() for li in amd.find_all("li") if "→" in li.text()] == [change]  # the step; not 200 → 216
+    history = figures(tree)["Decode speed over the runs"]  # only the AMD setup has more than one run
+    labels = ["2026-12-01 10:00 · no commit", "2026-12-02 10:00 · no commit", "2026-12-03 10:00 · 0123456"]
+    assert history["layout"]["xaxis"]["categoryarray"] == labels  # x: the runs in run order, by date and commit
+    compiled = next(s for s in history["data"] if s["name"] == "transformers, compiled")
+    assert compiled["x"] == labels and compiled["y"] == [200.0, 216.0, 600.0]  # the Xeon run's 800 is on no line
+    assert compiled["error_y"]["array"] == pytest.approx([20.0, 21.6, 10.0])  # its min–max as whiskers
+    marked = next(s for s in history["data"] if s["name"] == "change point")
+    assert marked["x"] == [labels[2]] and marked["y"] == [600.0]
+    setups = [tr.text() for tr in next(tree.root.find_all("table", "setups")).find_all("tr")][1:]
+    assert setups[0].startswith("Intel Xeon, 2 cores · f32 · quick profile 2026-12-03 12:00 UTC 1 run")  # the newest
+    assert "AMD EPYC, 2 cores · f32 · quick profile 2026-12-01" not in setups[1] and "3 runs 1 change point" in setups[1]
+    index = Tree((site / "index.html").read_text()).root
+    latest = [a for a in index.find_all("a") if "→" in a.text()]
+    assert [a.text() for a in latest] == [f"{change} (AMD EPYC, 2 cores · f32 · quick profile)"]
+    assert latest[0].attrs["href"] == f"models/qwen2-tiny.html#{AMD}"
+    assert {a.attrs["href"] for a in index.find_all("a") if "quick profile" == a.text()[-13:]} == {
+        f"models/qwen2-tiny.html#{AMD}", f"models/qwen2-tiny.html#{XEON}"}  # fmt: skip
+
+
+def test_the_page_opens_on_a_gpu_setup_then_the_newest(tmp_path):
+    """A GPU run older than every CPU run still comes first: in the setups' table, the selector and the sections."""
+    gpu = published().model_copy(update={"model": "qwen2-tiny", "created_at": "2026-11-01T10:00:00+00:00"})
+    tree = model_tree(render(tmp_path, gpu, *stepped_runs()), "qwen2-tiny")
+    sections = [s.attrs["id"] for s in tree.root.find_all("section", "run")]
+    assert sections == ["setup-nvidia-h100-80gb-hbm3-bf16-default-profile", XEON, AMD]
+    assert [o.attrs["value"] for o in tree.root.find_all("option")] == sections
+    table = next(tree.root.find_all("table", "setups"))
+    assert [a.attrs["href"] for a in table.find_all("a")] == [f"#{s}" for s in sections]
+    h100 = next(tr.text() for tr in table.find_all("tr") if "H100" in tr.text())
+    assert "vs vLLM, one request: 1.49× faster" in h100  # each setup's headline comparisons
+
+
+def test_long_notes_fold_behind_a_one_line_summary_and_short_ones_stand(tmp_path):
+    from harness.site.table import NOTE_FITS
+
+    tree = model_tree(render(tmp_path, *stepped_runs()[:3]), "qwen2-tiny")
+    notes = {tr.text().split(" ")[0]: next(tr.find_all("td", "notes")) for tr in tree.root.find_all("tr")
+             if list(tr.find_all("td", "notes"))}  # fmt: skip
+    folded = next(notes["transformers,"].find_all("details", "fold"))
+    summary = next(folded.find_all("summary")).text()
+    assert summary.endswith("…") and len(summary) <= NOTE_FITS and LONG_NOTE.startswith(summary[:-2])
+    assert LONG_NOTE in folded.text()  # the whole note, once opened
+    assert not list(notes["transformers"].find_all("details"))  # no note: nothing to fold
+
+
+def test_bars_carry_their_intervals_as_whiskers_where_the_rows_kept_them(tmp_path):
+    result = trials_run(1800.0)
+    tree = model_tree(render(tmp_path / "trials", result), "qwen2-tiny")
+    figs = figures(tree)
+    bars = figs["Decode speed"]["data"][0]
+    rows = {r.label: r for r in result.rows}
+    for label, value, plus, minus in zip(bars["y"][1], bars["x"], bars["error_x"]["array"], bars["error_x"]["arrayminus"]):
+        low, high = rows[label].metrics["decode_tok_s_ci"]
+        assert (value - minus, value + plus) == pytest.approx((low, high)), label
+    texts = figs["Decode speed"]["data"][1]  # the figures written beyond the whiskers, not struck through by them
+    assert texts["mode"] == "text" and texts["text"] == bars["text"] and bars["textposition"] == "none"
+    assert texts["x"] == pytest.approx([v + plus for v, plus in zip(bars["x"], bars["error_x"]["array"])])
+    assert "best bar is red. Whiskers: each row's 95% interval over its trials" in tree.root.text()  # said beside it
+    published_bars = figures(model_tree(render(tmp_path / "published", PUBLISHED)))["Decode speed"]["data"][0]
+    assert "error_x" not in published_bars  # the published page kept no interval: no whisker is invented
+
+
+def test_in_chromium_one_setup_shows_the_selector_switches_and_the_step_is_marked(tmp_path):
+    """At 1280 px: one setup shown (the newest), no table cell overflowing, folded or opened; the selector and a
+    setup's own link show another; the planted step is ringed on that setup's history chart."""
+    from playwright.sync_api import sync_playwright
+
+    site = render(tmp_path, *stepped_runs())
+    path = site / "models" / "qwen2-tiny.html"
+    with sync_playwright() as p:
+        browser = chromium(p)
+        try:
+            page, errors, _ = visit(browser, path)
+            shown = "() => Array.from(document.querySelectorAll('section.run')).filter(s => !s.hidden).map(s => s.id)"
+            assert page.evaluate(shown) == [XEON] and page.input_value("#setup-select") == XEON
+            assert cells_overflowing(page) == []
+            page.select_option("#setup-select", AMD)
+            page.wait_for_function(f"() => !document.getElementById('{AMD}').hidden")
+            assert page.evaluate(shown) == [AMD] and page.url.endswith(f"#{AMD}")
+            assert cells_overflowing(page) == []  # the long note folded
+            note = page.locator(f"#{AMD} details.fold").first
+            height = note.evaluate("d => d.closest('tr').getBoundingClientRect().height")
+            note.locator("summary").click()
+            assert note.evaluate("d => d.closest('tr').getBoundingClientRect().height") > height + 20  # opened
+            assert cells_overflowing(page) == []  # and it wraps inside its cell
+            chart = page.locator(f"#{AMD} div.chart[id^='history-'][id$='-decode_tok_s']")
+            chart.evaluate("c => { c.closest('details').open = true; }")
+            chart.locator("svg.main-svg").first.wait_for(timeout=10_000)
+            traces = chart.evaluate("c => c.data.map(t => t.name)")
+            rings = chart.locator("g.scatterlayer g.trace").nth(traces.index("change point")).locator("path.point")
+            assert rings.count() == 1 and rings.first.bounding_box()["width"] > 10  # one ring, drawn
+            assert errors == []
+            page.close()
+            page, errors, _ = visit(browser, path)  # a setup's own link opens on it
+            page.goto(f"{path.as_uri()}#{AMD}")
+            page.wait_for_function(f"() => !document.getElementById('{AMD}').hidden")
+            assert page.evaluate(shown) == [AMD] and errors == []
+            page.close()
+        finally:
+            browser.close()
+
+
+def test_in_chromium_the_committed_results_pages_are_a_few_screens_tall_and_fit_1280px(tmp_path):
+    """Every model page of the repository's own results, at 1280 x 900, is at most five screens tall until a reader
+    opens something, and no table cell overflows; the longest page, every setup opened, still fits."""
+    from playwright.sync_api import sync_playwright
+
+    build_site(Path(__file__).parents[1] / "results", tmp_path / "site")
+    pages = sorted((tmp_path / "site" / "models").glob("*.html"))
+    assert len(pages) >= 5
+    with sync_playwright() as p:
+        browser = chromium(p)
+        try:
+            for path in pages:
+                page, errors, _ = visit(browser, path)
+                height = page.evaluate("document.documentElement.scrollHeight")
+                assert height <= 5 * 900, f"{path.name}: {height} px tall"
+                assert cells_overflowing(page) == [], path.name
+                if path.stem == "qwen2-tiny":
+                    for _ in each_setup_opened(page):
+                        assert cells_overflowing(page) == [], path.name
+                assert errors == [], f"{path.name}: {errors}"
+                page.close()
+        finally:
+            browser.close()

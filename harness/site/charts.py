@@ -9,11 +9,13 @@ from dataclasses import dataclass
 from harness.results import ResultFile, Row
 from harness.stats import UNSTABLE_CV
 from harness.site import numbers
-from harness.site.comparisons import DECODE, FIRST_CALL, LOAD, MEMORY, SERVING, TTFT, Metric, best_row
+from harness.site.comparisons import DECODE, FIRST_CALL, LOAD, MEMORY, SERVING, TTFT, Metric, best_row, in_page_order
 from harness.site.context import LoadedRun
-from harness.site.figures import Bar, Series, bar_figure, history_figure
-from runners import GROUPS
+from harness.site.figures import Bar, Marker, Series, bar_figure, history_figure
+from harness.site.history import RULE, Change, Point, row_histories, run_labels
 
+# What a whisker spans (Metric.interval).
+WHISKERS = "each row's 95% interval over its trials (the min–max of its runs where it ran in one trial)"
 # A note that says the memory figure is a pool reserved up front (a setting), not what the model needed.
 SETTING_NOTE = re.compile(r"reserves .*pool|cache pool at")
 
@@ -42,12 +44,6 @@ def memory_is_setting(row: Row) -> bool:
     return bool(row.metrics.get("mem_is_setting")) or any(SETTING_NOTE.search(note) for note in row.notes)
 
 
-def in_page_order(rows: list[Row]) -> list[Row]:
-    """Rows by section in GROUPS order (unknown sections last), keeping the result file's order within one."""
-    rank = {g: i for i, g in enumerate(GROUPS)}
-    return sorted(rows, key=lambda r: rank.get(r.group, len(GROUPS)))
-
-
 def metric_chart(metric: Metric, result: ResultFile, chart_id: str) -> ChartView | None:
     """A bar per row that measured the metric, in page order; None when no row did."""
     rows = [r for r in in_page_order(result.rows) if metric.value(r) is not None]
@@ -58,12 +54,14 @@ def metric_chart(metric: Metric, result: ResultFile, chart_id: str) -> ChartView
     best = best_row(drawn, metric)
     bars = [
         Bar(r.group, r.label, metric.value(r), numbers.with_unit(metric.value(r), metric.unit),
-            hover_lines(r, metric, result), r is best)
+            hover_lines(r, metric, result), r is best, *(metric.interval(r) or (None, None))[:2])
         for r in drawn
     ]  # fmt: skip
     description = f"{metric.unit}, {metric.direction}; the best bar is red."
     if metric is MEMORY:
         description = memory_description(memory_kind(result.rows), hidden)
+    if any(b.low is not None for b in bars):
+        description += f" Whiskers: {WHISKERS}."
     return ChartView(chart_id, metric_title(metric, result.rows), description, bar_figure(bars, metric.unit))
 
 
@@ -104,32 +102,35 @@ def hover_lines(row: Row, metric: Metric, result: ResultFile) -> tuple[str, ...]
     return tuple(lines)
 
 
-def history_charts(runs: tuple[LoadedRun, ...], index: int) -> tuple[ChartView, ...]:
-    """Headline metrics of every row over the runs on one machine; none for a single run."""
+def history_charts(runs: tuple[LoadedRun, ...], index: int) -> tuple[tuple[ChartView, ...], tuple[Change, ...]]:
+    """The headline metrics of every row over the runs of one setup, and their change points, newest first; no chart
+    for a single run."""
     if len(runs) < 2:
-        return ()
-    charts = []
+        return (), ()
+    charts, found = [], []
     for metric in (DECODE, SERVING, TTFT):
-        if series := history_series(runs, metric):
-            description = (
-                f"{metric.unit}, {metric.direction}; one line per row, over the {len(runs)} runs of this setup (machine, dtype, profile)."
-            )
-            figure = history_figure(series, metric.unit)
-            charts.append(ChartView(f"history-{index}-{metric.key}", f"{metric.title} over time", description, figure))
-    return tuple(charts)
+        if not (histories := row_histories(runs, metric)):
+            continue
+        changes = [c for h in histories for c in h.changes]
+        found += changes
+        series = [Series(h.label, tuple(p.run for p in h.points), tuple(p.value for p in h.points),
+                         tuple(point_text(h.label, p, metric) for p in h.points),
+                         tuple(p.interval[0] if p.interval else None for p in h.points),
+                         tuple(p.interval[1] if p.interval else None for p in h.points))
+                  for h in histories]  # fmt: skip
+        markers = [Marker(c.after.run, c.after.value, f"changed: {c.text}") for c in changes]
+        description = (f"{metric.unit}, {metric.direction}; one line per row over the {len(runs)} runs of this setup, "
+                       f"in run order (date and commit), on a log axis, with whiskers: {WHISKERS}. A ring marks a change "
+                       f"point: {RULE}.")  # fmt: skip
+        figure = history_figure(series, run_labels(runs), markers, metric.unit)
+        charts.append(ChartView(f"history-{index}-{metric.key}", f"{metric.title} over the runs", description, figure))
+    return tuple(charts), tuple(sorted(found, key=lambda c: c.measured, reverse=True))
 
 
-def history_series(runs: tuple[LoadedRun, ...], metric: Metric) -> list[Series]:
-    """One series per runner id that measured the metric at least once, named by its latest label."""
-    points: dict[str, list[tuple[str, float]]] = {}
-    labels: dict[str, str] = {}
-    for run in runs:
-        for row in in_page_order(run.result.rows):
-            if (value := metric.value(row)) is not None:
-                points.setdefault(row.runner, []).append((run.result.created_at, value))
-                labels[row.runner] = row.label
-    return [
-        Series(labels[runner], tuple(d for d, _ in p), tuple(v for _, v in p),
-               tuple(numbers.with_unit(v, metric.unit) for _, v in p))
-        for runner, p in points.items()
-    ]  # fmt: skip
+def point_text(label: str, point: Point, metric: Metric) -> tuple[str, ...]:
+    """The hover of a history point: the row, the run, the figure and its interval."""
+    figure = numbers.with_unit(point.value, metric.unit)
+    if point.interval:
+        low, high, what = point.interval
+        figure += f", {what} {numbers.spread(low, high, metric.unit)}"
+    return (label, point.run, figure)

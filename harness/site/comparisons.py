@@ -11,6 +11,8 @@ from fnmatch import fnmatchcase
 from harness import stats
 from harness.results import Row
 from harness.site import numbers
+from harness.validate import is_number
+from runners import GROUPS
 
 
 @dataclass(frozen=True)
@@ -34,6 +36,21 @@ class Metric:
     def value(self, row: Row) -> float | None:
         """The row's measured figure; None when the row did not run or did not measure it."""
         return row.metrics.get(self.key) if row.status == "ok" else None
+
+    def interval(self, row: Row) -> tuple[float, float, str] | None:
+        """(low, high, what) around the row's figure: its 95% interval ("95% CI") when it ran in several trials, else
+        the min–max of its runs ("min–max"); None when the row kept neither."""
+        if self.value(row) is None:
+            return None
+        m = row.metrics
+        ci = m.get(f"{self.key}_ci")
+        several = is_number(m.get("trials")) and m["trials"] > 1
+        if several and isinstance(ci, list) and len(ci) == 2 and all(is_number(v) for v in ci):
+            return (min(ci), max(ci), "95% CI")
+        low, high = m.get(f"{self.key}_min"), m.get(f"{self.key}_max")
+        if is_number(low) and is_number(high):
+            return (min(low, high), max(low, high), "min–max")
+        return None
 
     def ratio_of(self, row: Row) -> float | None:
         """The figure when a ratio can be taken of it (positive), else None."""
@@ -196,3 +213,9 @@ def against_peer(row: Row, rows: list[Row]) -> Comparison | None:
         return None
     as_change = any(card.as_change and card.against == row.peer and selects(card, row) for card in CARDS)
     return compare(row, peer, metric, as_change)
+
+
+def in_page_order(rows: list[Row]) -> list[Row]:
+    """Rows by section in GROUPS order (unknown sections last), keeping the result file's order within one."""
+    rank = {g: i for i, g in enumerate(GROUPS)}
+    return sorted(rows, key=lambda r: rank.get(r.group, len(GROUPS)))

@@ -26,6 +26,10 @@ class LoadedRun:
         return machine_name(self.result)
 
     @property
+    def on_gpu(self) -> bool:
+        return self.result.protocol.get("device") == "cuda"
+
+    @property
     def setup(self) -> str:
         """The machine, dtype and profile: "AMD EPYC, 2 cores · bf16 · cpu profile"."""
         p = self.result.protocol
@@ -39,11 +43,13 @@ class ModelRuns:
     runs: tuple[LoadedRun, ...]  # oldest first
 
     def by_setup(self) -> dict[str, tuple[LoadedRun, ...]]:
-        """Setup -> its runs, oldest first; setups ordered by their newest run, newest first."""
+        """Setup -> its runs, oldest first; GPU setups before CPU ones (a GPU is what the bench is for), each kind
+        ordered by its newest run, newest first. The page opens on the first."""
         groups: dict[str, list[LoadedRun]] = {}
         for run in self.runs:
             groups.setdefault(run.setup, []).append(run)
         ordered = sorted(groups.items(), key=lambda kv: kv[1][-1].result.created_at, reverse=True)
+        ordered.sort(key=lambda kv: not kv[1][-1].on_gpu)  # stable: newest first within each kind
         return {setup: tuple(runs) for setup, runs in ordered}
 
 

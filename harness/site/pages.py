@@ -1,7 +1,9 @@
 """The page objects: plain view models built from the loaded context, holding only text, links and figures, so the
-templates hold no computation. A model page shows, for each setup (machine, dtype, profile), its latest run: the machine and protocol,
-the headline cards, one chart per metric (charts.py), every number and what was not measured (table.py), and the
-history of the runs; the index shows every model's latest runs with their headline figures."""
+templates hold no computation. A model page opens with a short table of its setups (machine, dtype, profile) and their headline comparisons, then
+shows one setup at a time (a selector switches; each setup has its own #anchor): its latest run's machine and protocol,
+the headline cards, one chart per metric (charts.py), every number and what was not measured (table.py), and the history
+of its runs with their change points (history.py); the index shows every model's setups with their headline figures and
+its latest changes."""
 
 from __future__ import annotations
 
@@ -14,6 +16,8 @@ from harness.registry import ModelEntry
 from harness.results import ResultFile
 from harness.site import numbers
 from harness.site.charts import ChartView, history_charts, metric_chart, metric_title
+from harness.site.history import RULE as CHANGE_RULE
+from harness.site.history import Change
 from harness.site.comparisons import CARDS, CHARTED, DECODE, SERVING, TTFT, Comparison, best_row, headline
 from harness.site.context import LoadedRun, ModelRuns, machine_name
 from harness.site.table import Table, Unmeasured, numbers_table, unmeasured
@@ -21,6 +25,9 @@ from linnet_core.checkpoint import RANDOM_RECIPE
 from runners import REFERENCE
 
 DATA_DIR = "data"  # raw result files are copied to OUT/data/<model>/<file>
+# How many of a model's latest change points the index lists, and a setup's section shows before folding the rest.
+INDEX_CHANGES = 5
+SHOWN_CHANGES = 5
 # The index's figures of a run: the best row of each of these metrics.
 HEADLINE_FIGURES = (
     ("fastest decode", DECODE),
@@ -79,7 +86,28 @@ class RunView:
     table: Table
     unmeasured: tuple[Unmeasured, ...]
     history: tuple[ChartView, ...]  # headline metrics over the runs of this setup (two runs or more)
+    changes: tuple[Change, ...]  # the change points of its history, newest first
     earlier: tuple[Link, ...]  # every run of this setup, newest first, for download (when there are several)
+    change_rule: str = CHANGE_RULE  # what a change point is, in words
+
+    @property
+    def latest_changes(self) -> tuple[Change, ...]:
+        return self.changes[:SHOWN_CHANGES]
+
+    @property
+    def older_changes(self) -> tuple[Change, ...]:
+        """Folded until the reader opens them: a noisy machine can show dozens."""
+        return self.changes[SHOWN_CHANGES:]
+
+
+@dataclass(frozen=True)
+class SetupSummary:
+    setup: str  # machine · dtype · profile
+    anchor: str  # its section's element id
+    measured: str  # when its latest run started, e.g. "2026-09-28 17:31 UTC"
+    runs: str  # "3 runs"
+    verdicts: tuple[str, ...]  # its headline comparisons: "vs vLLM, one request: 1.49× faster (95% CI …)"
+    changes: str  # "2 change points", or "" without
 
 
 @dataclass(frozen=True)
@@ -91,7 +119,8 @@ class ModelPage:
     facts: tuple[str, ...]  # parameters, family, license, task, tags
     links: tuple[Link, ...]
     registry: tuple[tuple[str, str], ...]  # the registry entry's architecture, as (name, value)
-    runs: tuple[RunView, ...]  # the latest run of each setup, newest first
+    runs: tuple[RunView, ...]  # the latest run of each setup: GPU setups first, then newest first
+    setups: tuple[SetupSummary, ...] = ()  # one per run, in the same order: the table at the top
 
     @property
     def several_setups(self) -> bool:
@@ -100,12 +129,12 @@ class ModelPage:
 
 @dataclass(frozen=True)
 class IndexRun:
-    machine: str
+    name: str  # the setup: machine · dtype · profile
     measured: str  # when the run started, e.g. "2026-09-28 17:31 UTC"
     setup: str  # profile, dtype, weights
     figures: tuple[tuple[str, str, str], ...]  # (what, value, row label): fastest decode, lowest TTFT, best serving
     verdicts: tuple[str, ...]  # "vs vLLM, one request: 1.49× faster"
-    href: str  # the model page's section of this run
+    href: str  # the model page's section of this setup
 
 
 @dataclass(frozen=True)
@@ -117,6 +146,7 @@ class IndexEntry:
     facts: tuple[str, ...]
     runs: tuple[IndexRun, ...]
     architecture: str = "not in the registry"  # the transformers class of its architecture, e.g. LlamaForCausalLM
+    changes: tuple[Link, ...] = ()  # its latest change points, newest first, each linking to its setup
 
 
 def data_file(run: LoadedRun) -> str:
@@ -128,8 +158,9 @@ def model_file(model: str) -> str:
     return f"models/{model}.html"
 
 
-def run_anchor(result: ResultFile) -> str:
-    return f"run-{re.sub(r'[^A-Za-z0-9_-]', '-', result.run_id)}"
+def setup_anchor(setup: str) -> str:
+    """The element id of a setup's section: "setup-amd-epyc-2-cores-f32-default-profile"."""
+    return "setup-" + (re.sub(r"[^a-z0-9]+", "-", setup.lower()).strip("-") or "unnamed")
 
 
 # ----- the model page -----
@@ -137,14 +168,29 @@ def run_anchor(result: ResultFile) -> str:
 
 def model_page(model: ModelRuns) -> ModelPage:
     entry = model.entry
-    runs = tuple(run_view(runs[-1], runs, index) for index, runs in enumerate(model.by_setup().values()))
+    setups = model.by_setup()
+    runs = tuple(run_view(runs[-1], runs, index) for index, runs in enumerate(setups.values()))
+    summaries = tuple(setup_summary(view, setup_runs) for view, setup_runs in zip(runs, setups.values()))
     if entry is None:
         return ModelPage(model.model, model_file(model.model), model.model,
                          "A model this bench's registry does not know; only its result files are shown.",
-                         (), (), (), runs)  # fmt: skip
+                         (), (), (), runs, summaries)  # fmt: skip
     links = tuple(Link(label, href) for label, href in entry.links.items()) + (Link("Registry entry", "#registry"),)
     return ModelPage(model.model, model_file(model.model), entry.title, entry.description, facts(entry), links,
-                     registry_facts(entry), runs)  # fmt: skip
+                     registry_facts(entry), runs, summaries)  # fmt: skip
+
+
+def setup_summary(view: RunView, setup_runs: tuple[LoadedRun, ...]) -> SetupSummary:
+    result = setup_runs[-1].result
+    changes = numbers.count(len(view.changes), "change point") if view.changes else ""
+    return SetupSummary(view.setup, view.anchor, numbers.when(result.created_at),
+                        numbers.count(len(setup_runs), "run"), verdicts(result), changes)  # fmt: skip
+
+
+def verdicts(result: ResultFile) -> tuple[str, ...]:
+    """Each headline comparison of a run in a line: "vs vLLM, one request: 1.49× faster (95% CI 1.40–1.58×)"."""
+    return tuple(f"{card.title}: {c.verdict}" + (f" ({c.interval_text})" if c.interval_text else "")
+                 for card in CARDS if (c := headline(card, result.rows)))  # fmt: skip
 
 
 def facts(entry: ModelEntry) -> tuple[str, ...]:
@@ -170,8 +216,9 @@ def run_view(run: LoadedRun, setup_runs: tuple[LoadedRun, ...], index: int) -> R
     unmeasured_metrics = [m for m in CHARTED if all(m.value(r) is None for r in rows)]
     not_charted = ", ".join(metric_title(m, rows).lower() for m in unmeasured_metrics)
     every_run = [Link(f"{r.result.created_at} ({r.path.name})", f"../{data_file(r)}") for r in reversed(setup_runs)]
+    history, changes = history_charts(setup_runs, index)
     return RunView(
-        anchor=run_anchor(result),
+        anchor=setup_anchor(run.setup),
         setup=run.setup,
         machine_line=machine_line(result),
         setup_line=setup_line(result),
@@ -190,7 +237,8 @@ def run_view(run: LoadedRun, setup_runs: tuple[LoadedRun, ...], index: int) -> R
         charts_left_out=f"No row measured {not_charted}." if not_charted else None,
         table=numbers_table(result),
         unmeasured=tuple(unmeasured(r) for r in rows if r.status != "ok"),
-        history=history_charts(setup_runs, index),
+        history=history,
+        changes=changes,
         earlier=tuple(every_run) if len(every_run) > 1 else (),
     )
 
@@ -280,18 +328,23 @@ def distance_note(result: ResultFile) -> str:
 
 def index_entry(model: ModelRuns, page: ModelPage) -> IndexEntry:
     runs = []
-    for setup_runs in model.by_setup().values():
+    for setup, setup_runs in model.by_setup().items():
         result = setup_runs[-1].result
         figures = []
         for what, metric in HEADLINE_FIGURES:
             if (row := best_row(result.rows, metric)) is not None:
                 figures.append((what, numbers.with_unit(metric.value(row), metric.unit), row.label))
-        verdicts = tuple(f"{card.title}: {c.verdict}" + (f" ({c.interval_text})" if c.interval_text else "")
-                         for card in CARDS if (c := headline(card, result.rows)))  # fmt: skip
-        runs.append(IndexRun(setup_runs[-1].machine, numbers.when(result.created_at), setup_line(result), tuple(figures), verdicts,
-                             f"{page.file}#{run_anchor(result)}"))  # fmt: skip
+        runs.append(IndexRun(setup, numbers.when(result.created_at), setup_line(result), tuple(figures),
+                             verdicts(result), f"{page.file}#{setup_anchor(setup)}"))  # fmt: skip
     architecture = model.entry.config.architecture.HF_CLASS if model.entry else IndexEntry.architecture
-    return IndexEntry(page.title, model.model, page.file, page.description, page.facts, tuple(runs), architecture)
+    return IndexEntry(page.title, model.model, page.file, page.description, page.facts, tuple(runs), architecture,
+                      latest_changes(page))  # fmt: skip
+
+
+def latest_changes(page: ModelPage) -> tuple[Link, ...]:
+    """The model's newest change points over all its setups, each naming and linking to its setup."""
+    found = sorted(((c, run) for run in page.runs for c in run.changes), key=lambda pair: pair[0].measured, reverse=True)
+    return tuple(Link(f"{c.text} ({run.setup})", f"{page.file}#{run.anchor}") for c, run in found[:INDEX_CHANGES])
 
 
 def accuracy_note(result: ResultFile) -> str:

@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import textwrap
+from dataclasses import dataclass, replace
+from typing import Callable
 
 from harness.results import ResultFile, Row
 from harness.site import numbers
 from harness.stats import UNSTABLE_CV
-from harness.site.charts import hover_lines, in_page_order, metric_title
-from harness.site.comparisons import FIRST_CALL, TABLED, Metric, against_peer
+from harness.site.charts import hover_lines, metric_title
+from harness.site.comparisons import FIRST_CALL, TABLED, Metric, against_peer, in_page_order
 from runners import REFERENCE
+
+
+# Notes up to this many characters stand in their cell; longer ones fold behind a summary of this length.
+NOTE_FITS = 26
 
 
 @dataclass(frozen=True)
@@ -18,6 +24,16 @@ class Cell:
     hint: str | None = None  # shown on hover: spread and number of runs
     extra: bool = False  # beyond the published page's columns
     flag: str | None = None  # a word after the text, e.g. "unstable"; its explanation is the hint
+    summary: str | None = None  # when set, the text is folded behind this one line until the reader opens it
+    column: str = ""  # the column's key (COLUMNS)
+
+
+@dataclass(frozen=True)
+class Column:
+    key: str  # its cells' class, e.g. "notes"
+    title: Callable[[list[Row]], str]  # its heading, from the run's rows ("Peak host memory")
+    cell: Callable[[Row, ResultFile], Cell]
+    extra: bool = False  # beyond the published page's columns
 
 
 @dataclass(frozen=True)
@@ -47,9 +63,7 @@ class Unmeasured:
 
 def numbers_table(result: ResultFile) -> Table:
     rows = result.rows
-    headers = (Cell("Method"), *(Cell(metric_title(m, rows), extra=m is FIRST_CALL) for m in TABLED),
-               Cell("Against the stack it replaces"), Cell("Distance from reference"), Cell("KL mean", extra=True),
-               Cell("KL p99", extra=True), Cell("Top-1 agreement", extra=True), Cell("Notes"))  # fmt: skip
+    headers = tuple(Cell(c.title(rows), extra=c.extra, column=c.key) for c in COLUMNS)
     measured = [r for r in in_page_order(rows) if r.status == "ok"]
     sections = []
     for group in dict.fromkeys(r.group for r in measured):
@@ -58,40 +72,74 @@ def numbers_table(result: ResultFile) -> Table:
 
 
 def table_row(row: Row, result: ResultFile) -> tuple[Cell, ...]:
-    comparison = against_peer(row, result.rows)
-    if row.runner == REFERENCE:
-        distance = "0 (the reference)" if row.distance == 0 else numbers.distance(row.distance) + " (the reference)"
-    else:
-        distance = numbers.distance(row.distance)
+    return tuple(replace(c.cell(row, result), extra=c.extra, column=c.key) for c in COLUMNS)
+
+
+def method_cell(row: Row, result: ResultFile) -> Cell:
     unstable = None
     if row.unstable:
         names = ", ".join(m.name for m in TABLED if m.key in row.unstable) or ", ".join(row.unstable)
         unstable = f"unstable: the trials' medians of its {names} differ by more than {UNSTABLE_CV:.0%} (std/mean)"
-    return (
-        Cell(row.label, hint=unstable, flag="unstable" if unstable else None),
-        *(metric_cell(row, m, result) for m in TABLED),
-        Cell(comparison.against_text if comparison else ""),
-        Cell(distance),
-        *accuracy_cells(row, result),
-        Cell("; ".join(row.notes)),
-    )
+    return Cell(row.label, hint=unstable, flag="unstable" if unstable else None)
 
 
-def accuracy_cells(row: Row, result: ResultFile) -> tuple[Cell, ...]:
-    """KL mean, KL p99 and top-1 agreement (harness/accuracy.py), each hinting at the positions they cover."""
-    positions = (result.reference_distributions or {}).get("positions")
-    hint = f"over {positions} probe positions, against the reference's distributions" if positions else None
-    figures = (numbers.kl(row.kl_mean), numbers.kl(row.kl_p99), numbers.share(row.top1_agree))
-    return tuple(Cell(text, hint=hint if text != numbers.DASH else None, extra=True) for text in figures)
+def against_cell(row: Row, result: ResultFile) -> Cell:
+    comparison = against_peer(row, result.rows)
+    return Cell(comparison.against_text if comparison else "")
+
+
+def distance_cell(row: Row, result: ResultFile) -> Cell:
+    if row.runner != REFERENCE:
+        return Cell(numbers.distance(row.distance))
+    return Cell("0 (the reference)" if row.distance == 0 else numbers.distance(row.distance) + " (the reference)")
+
+
+def notes_cell(row: Row, result: ResultFile) -> Cell:
+    """The notes; folded behind a one-line summary when they are longer than one line of their column."""
+    text = "; ".join(row.notes)
+    if len(text) <= NOTE_FITS:
+        return Cell(text)
+    return Cell(text, summary=textwrap.shorten(text, NOTE_FITS, placeholder=" …"))
+
+
+def accuracy_column(title: str, figure: Callable[[Row], str]) -> Column:
+    """KL mean, KL p99 or top-1 agreement (harness/accuracy.py), its cells hinting at the positions they cover."""
+
+    def cell(row: Row, result: ResultFile) -> Cell:
+        positions = (result.reference_distributions or {}).get("positions")
+        text = figure(row)
+        hint = f"over {positions} probe positions, against the reference's distributions" if positions else None
+        return Cell(text, hint=hint if positions and text != numbers.DASH else None)
+
+    return Column(title.lower().replace(" ", "-"), lambda rows: title, cell, extra=True)
+
+
+def metric_column(metric: Metric) -> Column:
+    return Column(metric.key, lambda rows: metric_title(metric, rows),
+                  lambda row, result: metric_cell(row, metric, result), extra=metric is FIRST_CALL)  # fmt: skip
+
+
+# The table's columns, left to right: the one place a column is defined. A column's key is its cells' class (the
+# stylesheet sizes columns by it); `extra` columns are beyond the published page's and drawn muted.
+COLUMNS = (
+    Column("method", lambda rows: "Method", method_cell),
+    *(metric_column(m) for m in TABLED),
+    Column("against", lambda rows: "Against the stack it replaces", against_cell),
+    Column("distance", lambda rows: "Distance from reference", distance_cell),
+    accuracy_column("KL mean", lambda row: numbers.kl(row.kl_mean)),
+    accuracy_column("KL p99", lambda row: numbers.kl(row.kl_p99)),
+    accuracy_column("Top-1 agreement", lambda row: numbers.share(row.top1_agree)),
+    Column("notes", lambda rows: "Notes", notes_cell),
+)
 
 
 def metric_cell(row: Row, metric: Metric, result: ResultFile) -> Cell:
     """The figure, or a dash; its hint is the chart's hover text without the row's name."""
     value = metric.value(row)
     if value is None:
-        return Cell(numbers.DASH, extra=metric is FIRST_CALL)
+        return Cell(numbers.DASH)
     hint = " · ".join(hover_lines(row, metric, result)[1:])
-    return Cell(numbers.with_unit(value, metric.unit), hint=hint, extra=metric is FIRST_CALL)
+    return Cell(numbers.with_unit(value, metric.unit), hint=hint)
 
 
 def unmeasured(row: Row) -> Unmeasured:

@@ -927,3 +927,24 @@ def test_in_chromium_the_committed_results_pages_are_a_few_screens_tall_and_fit_
                 page.close()
         finally:
             browser.close()
+
+
+def test_the_truth_ratio_and_energy_have_columns_only_where_a_row_has_them(tmp_path):
+    """Each row's distance from the float64 truth over the reference's is a column, the reference at 1; energy per token
+    (a GPU's) is a column only where a row measured it, so a CPU page keeps its width."""
+    plain = model_tree(render(tmp_path / "cpu", tiny_run("20261202T100000Z", decode=100.0)), "qwen2-tiny")
+    headers = [th.text() for th in next(plain.root.find_all("table", "numbers")).find_all("th")]
+    assert "Against the float64 truth" not in headers and not any("Energy per token" in h for h in headers)
+
+    run = tiny_run("20261202T110000Z", decode=100.0)
+    reference, compiled = run.rows[0], run.rows[1]
+    reference.truth_distance, reference.truth_ratio = 2.0e-5, 1.0
+    compiled.truth_distance, compiled.truth_ratio = 3.0e-5, 1.5
+    compiled.metrics["energy_j_per_tok"] = 0.42
+    tree = model_tree(render(tmp_path / "gpu", run), "qwen2-tiny")
+    table = next(tree.root.find_all("table", "numbers"))
+    headers = [th.text() for th in table.find_all("th")]
+    assert "Against the float64 truth" in headers and any("Energy per token" in h for h in headers)
+    assert [td.text() for td in table.find_all("td", "truth")] == ["1 (the reference)", "1.5x"]
+    assert [td.text() for td in table.find_all("td", "energy_j_per_tok")] == ["–", "0.42 J/tok"]
+    assert "multiple of the reference's own" in tree.root.text()

@@ -65,10 +65,11 @@ SERVING_TTFT = Metric("serving_ttft_ms", "Serving time to first token", "ms", hi
 LOAD = Metric("load_s", "Load time", "s", higher_is_better=False)
 FIRST_CALL = Metric("first_call_s", "First call", "s", higher_is_better=False)
 MEMORY = Metric("peak_mem_gib", "Peak memory", "GiB", higher_is_better=False, better="smaller", worse="larger")
+ENERGY = Metric("energy_j_per_tok", "Energy per token", "J/tok", higher_is_better=False, better="less", worse="more")
 
 # One chart per metric, in page order; the table shows first-call time beside load time.
 CHARTED = (TTFT, DECODE, SERVING, SERVING_TTFT, LOAD, MEMORY)
-TABLED = (TTFT, DECODE, SERVING, SERVING_TTFT, LOAD, FIRST_CALL, MEMORY)
+TABLED = (TTFT, DECODE, SERVING, SERVING_TTFT, LOAD, FIRST_CALL, MEMORY, ENERGY)
 
 
 @dataclass(frozen=True)

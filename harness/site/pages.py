@@ -11,7 +11,7 @@ import re
 from dataclasses import dataclass
 
 from harness.accuracy import shape_problem
-from harness.check import run_layers, tolerance
+from harness.check import run_layers, tolerance, truth_ratio_bound
 from harness.registry import ModelEntry
 from harness.results import ResultFile
 from harness.site import numbers
@@ -315,11 +315,19 @@ def distance_note(result: ResultFile) -> str:
         f"those of {reference} (the reference) on the same input, through the cache path. "
     )
     why = "it is there so that a fast wrong answer cannot look like a win."
+    truth = (
+        " The next column measures every row, the reference too, against a truth: the same model in float64 on a CPU, "
+        "fed the same tokens. It gives each row's distance from that truth as a multiple of the reference's own: a row "
+        "that rounds as the reference does sits near 1x, a wrong row far above it, and if every row sits far below 1x "
+        f"the reference itself is wrong. `linnet-bench check` fails a {dtype} row beyond "
+        f"{truth_ratio_bound(None, dtype):g}x; rows with quantized weights are judged by KL and top-1 instead."
+    )
     if dtype == "f32":
         bound = tolerance(REFERENCE, "f32", result.model, layers=run_layers(result))  # what `linnet-bench check` holds this model's f32 rows to
-        return f"{text}In f32 a correct path stays within about {bound:.2g} on this model; {why}"
+        return f"{text}In f32 a correct path stays within about {bound:.2g} on this model; {why}{truth}"
     return (
         f"{text}{dtype} outputs differ by rounding (about 0.1 on logits near 16), so a small number is expected; {why}"
+        + truth
     )
 
 

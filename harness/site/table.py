@@ -10,7 +10,7 @@ from harness.results import ResultFile, Row
 from harness.site import numbers
 from harness.stats import UNSTABLE_CV
 from harness.site.charts import hover_lines, metric_title
-from harness.site.comparisons import FIRST_CALL, TABLED, Metric, against_peer, in_page_order
+from harness.site.comparisons import ENERGY, FIRST_CALL, TABLED, Metric, against_peer, in_page_order
 from runners import REFERENCE
 
 
@@ -63,16 +63,18 @@ class Unmeasured:
 
 def numbers_table(result: ResultFile) -> Table:
     rows = result.rows
-    headers = tuple(Cell(c.title(rows), extra=c.extra, column=c.key) for c in COLUMNS)
     measured = [r for r in in_page_order(rows) if r.status == "ok"]
+    # a column beyond the published page's that no row has a figure in (energy on a CPU) is left out: 1280 px is tight
+    columns = [c for c in COLUMNS if not c.extra or any(c.cell(r, result).text != numbers.DASH for r in measured)]
+    headers = tuple(Cell(c.title(rows), extra=c.extra, column=c.key) for c in columns)
     sections = []
     for group in dict.fromkeys(r.group for r in measured):
-        sections.append(TableSection(group, tuple(table_row(r, result) for r in measured if r.group == group)))
+        sections.append(TableSection(group, tuple(table_row(r, result, columns) for r in measured if r.group == group)))
     return Table(headers, tuple(sections))
 
 
-def table_row(row: Row, result: ResultFile) -> tuple[Cell, ...]:
-    return tuple(replace(c.cell(row, result), extra=c.extra, column=c.key) for c in COLUMNS)
+def table_row(row: Row, result: ResultFile, columns: list[Column]) -> tuple[Cell, ...]:
+    return tuple(replace(c.cell(row, result), extra=c.extra, column=c.key) for c in columns)
 
 
 def method_cell(row: Row, result: ResultFile) -> Cell:
@@ -92,6 +94,16 @@ def distance_cell(row: Row, result: ResultFile) -> Cell:
     if row.runner != REFERENCE:
         return Cell(numbers.distance(row.distance))
     return Cell("0 (the reference)" if row.distance == 0 else numbers.distance(row.distance) + " (the reference)")
+
+
+def truth_cell(row: Row, result: ResultFile) -> Cell:
+    """The row's distance from the float64 truth over the reference's (harness/bench.py compare_with_truth)."""
+    if row.truth_ratio is None:
+        return Cell(numbers.DASH if row.truth_distance is None else f"{numbers.distance(row.truth_distance)} from it")
+    hint = f"its logits are {numbers.distance(row.truth_distance)} from the float64 truth"
+    if row.runner == REFERENCE:
+        return Cell("1 (the reference)", hint=hint)
+    return Cell(f"{row.truth_ratio:.2g}x", hint=hint)
 
 
 def notes_cell(row: Row, result: ResultFile) -> Cell:
@@ -116,7 +128,7 @@ def accuracy_column(title: str, figure: Callable[[Row], str]) -> Column:
 
 def metric_column(metric: Metric) -> Column:
     return Column(metric.key, lambda rows: metric_title(metric, rows),
-                  lambda row, result: metric_cell(row, metric, result), extra=metric is FIRST_CALL)  # fmt: skip
+                  lambda row, result: metric_cell(row, metric, result), extra=metric in (FIRST_CALL, ENERGY))  # fmt: skip
 
 
 # The table's columns, left to right: the one place a column is defined. A column's key is its cells' class (the
@@ -126,6 +138,7 @@ COLUMNS = (
     *(metric_column(m) for m in TABLED),
     Column("against", lambda rows: "Against the stack it replaces", against_cell),
     Column("distance", lambda rows: "Distance from reference", distance_cell),
+    Column("truth", lambda rows: "Against the float64 truth", truth_cell, extra=True),
     accuracy_column("KL mean", lambda row: numbers.kl(row.kl_mean)),
     accuracy_column("KL p99", lambda row: numbers.kl(row.kl_p99)),
     accuracy_column("Top-1 agreement", lambda row: numbers.share(row.top1_agree)),

@@ -270,6 +270,8 @@ class RichDisplay(Display):
             detail = f"{m['serving_tok_s']:.1f} tok/s serving, TTFT {m['serving_ttft_ms']:.1f} ms"
         elif row.status == "ok" and "decode_tok_s" in m:
             detail = f"{m['decode_tok_s']:.1f} tok/s"
+            if "energy_j_per_tok" in m:
+                detail += f", {m['energy_j_per_tok']:.3g} J/tok"
         else:
             detail = row.reason or ""
         trials = f" (trial {m['trials']})" if row.status == "ok" and m.get("trials", 1) > 1 else ""
@@ -311,8 +313,9 @@ def with_interval(metrics: dict, name: str, unstable: list[str]) -> str:
 
 
 def summary_table(rows: list[Row]) -> Table:
-    """The closing table, readable at 80 columns: a serving row's TTFT and speed are its serving figures."""
-    table = Table("runner", "status", "TTFT ms", "tok/s ±95%", "load s", "GiB", "distance",
+    """The closing table, readable at 80 columns: a serving row's TTFT and speed are its serving figures (load times
+    are in the result file and on the page)."""
+    table = Table("runner", "status", "TTFT ms", "tok/s ±95%", "GiB", "distance", "×truth",
                   box=None, pad_edge=False, padding=(0, 1, 0, 0), header_style="bold underline", caption_justify="left")  # fmt: skip
     for column in table.columns:
         column.no_wrap = True
@@ -327,12 +330,14 @@ def summary_table(rows: list[Row]) -> Table:
             r.status,
             with_interval(m, ttft, r.unstable),
             with_interval(m, speed, r.unstable),
-            short(m.get("load_s")),
             short(m.get("peak_mem_gib")),
             "–" if r.distance is None else f"{r.distance:.2g}",
+            "–" if r.truth_ratio is None else f"{r.truth_ratio:.2g}x",
         )
+    captions = ["×truth: distance from the float64 truth over the reference's (linnet-bench check bounds it)"]
     if flagged:
-        table.caption = f"! unstable: its trials' medians differ by more than {stats.UNSTABLE_CV:.0%} (std/mean)"
+        captions.append(f"! unstable: its trials' medians differ by more than {stats.UNSTABLE_CV:.0%} (std/mean)")
+    table.caption = "\n".join(captions)
     return table
 
 

@@ -12,7 +12,7 @@
 # trial starts once the budget is spent, and a child still running then is cut (harness/bench.py Budget).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-export PYTHONUNBUFFERED=1
+export PYTHONUNBUFFERED=1 COLUMNS=${COLUMNS:-160}  # the log is no terminal: rich would wrap at 80
 PYTHON=${PYTHON:-python3}
 MODEL=qwen2.5-0.5b-instruct DEVICE=cuda DTYPE=bf16 PROFILE=default TRIALS=2 RUNS=3 BUDGET=${GPU_SUITE_BUDGET:-330}
 if [[ ${1:-} == --dry-run ]]; then

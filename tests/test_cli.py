@@ -61,7 +61,8 @@ def test_the_closing_table_is_readable_at_80_columns():
         if info.kind != "serving":
             metrics.pop("serving_tok_s", None)
         rows.append(Row(runner=info.id, label=info.label, group=info.group, status=status, metrics=metrics,
-                        distance=1.234567e-05 if status == "ok" else None, unstable=["decode_tok_s"] if i % 2 else []))
+                        distance=1.234567e-05 if status == "ok" else None, unstable=["decode_tok_s"] if i % 2 else [],
+                        truth_ratio=1.0754 if status == "ok" else None))
     console = Console(width=80, record=True)
     console.print(summary_table(rows))
     text = console.export_text()
@@ -69,7 +70,7 @@ def test_the_closing_table_is_readable_at_80_columns():
     assert all(len(line) <= 80 for line in text.splitlines())
     for r in rows:
         assert any(line.startswith(f"{r.runner} ") and f" {r.status} " in line for line in text.splitlines()), r.runner
-    assert "22914 ±28%!" in text and "unstable" in text
+    assert "22914 ±28%!" in text and "unstable" in text and " 1.1x" in text
     measured = load_result(ROOT / "results" / "qwen2-tiny" / "20261203T114229Z.json")  # every CPU row, 3 trials
     console = Console(width=80, record=True)
     console.print(summary_table(measured.rows))

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from harness import accuracy, environment, launch
+from harness import accuracy, environment, launch, roofline
 from harness.registry import ModelEntry, checkpoint_for
 from harness.results import SCHEMA_VERSION, ResultFile, Row, write_result
 from harness.trials import combine_trials
@@ -66,7 +66,8 @@ def run_bench(settings: BenchSettings, display: Display = Display()) -> Path:
     ckpt, weights = checkpoint_for(settings.model, settings.weights, settings.seed)
     created_at, run_id = run_id_now()
     path = settings.out_dir / settings.model.id / f"{run_id}.json"
-    result = new_result(settings, weights, environment.machine(), created_at, run_id)
+    machine = {**environment.machine(), **roofline.measure(settings.device)}  # the memory wall: once per run
+    result = new_result(settings, weights, machine, created_at, run_id)
     write_result(result, path)
     display.begin(result, path)
     scratch = Path(tempfile.mkdtemp(prefix=f"linnet-bench-{run_id}-"))
@@ -216,9 +217,22 @@ def run_trials(settings: BenchSettings, result: ResultFile, path: Path, base_spe
                 done.row.notes.append(budget.cut_note(len(done.metrics), planned[info.id]))
             else:
                 done.add(outcome, k, planned[info.id])
+            mark_wall(done.row, settings, result.machine)
             shutil.rmtree(work, ignore_errors=True)  # its exports and logits are read: free the disk (0.5B: GiBs)
             write_result(result, path)
             display.finish(done.row)  # after every trial: the row as summarised so far
+
+
+def mark_wall(row: Row, settings: BenchSettings, machine: dict) -> None:
+    """A measured single-request row's bytes read per token and the share of the machine's memory wall its median
+    decode reaches (harness/roofline.py); nothing without a bandwidth figure or a decode speed."""
+    gb_s, decode = machine.get("memory_bandwidth_gb_s"), row.metrics.get("decode_tok_s")
+    if row.status != "ok" or not gb_s or not decode or "serving_tok_s" in row.metrics:
+        return
+    read = roofline.bytes_per_token(settings.model.config, settings.dtype, row.quant, settings.profile.prompt_tokens,
+                                    settings.profile.new_tokens)  # fmt: skip
+    row.metrics["bytes_per_token"] = read
+    row.metrics["roofline"] = roofline.roofline(decode, read, gb_s)
 
 
 class Budget:

@@ -84,6 +84,19 @@ def test_every_row_is_measured_against_the_float64_truth(transformers_run):
     assert any("cached decode checked against a full forward" in n for n in reference.notes)
 
 
+def test_each_decode_row_is_placed_against_the_memory_wall(transformers_run, tiny):
+    """The run measured this machine's bandwidth once; each row records the bytes a decode step reads and the share of
+    the wall its median decode reaches (the tiny model sits in the caches, so only the arithmetic is checked here)."""
+    from harness import roofline
+
+    gb_s = transformers_run.machine["memory_bandwidth_gb_s"]
+    assert 1 < gb_s < 1000
+    for row in transformers_run.rows:
+        read = roofline.bytes_per_token(tiny.config, "f32", None, 32, 8)
+        assert row.metrics["bytes_per_token"] == read
+        assert row.metrics["roofline"] == pytest.approx(row.metrics["decode_tok_s"] * read / (gb_s * 1e9))
+
+
 def test_a_reference_whose_cache_is_ignored_refuses_to_be_the_reference(tiny, tmp_path):
     """transformers 5.17 dropped `cache=` silently and the reference decoded without context, 25 from every right row.
     Such a reference now fails its own check at load, in one line, and no row is compared with it; the float64 truth

@@ -948,3 +948,12 @@ def test_the_truth_ratio_and_energy_have_columns_only_where_a_row_has_them(tmp_p
     assert [td.text() for td in table.find_all("td", "truth")] == ["1 (the reference)", "1.5x"]
     assert [td.text() for td in table.find_all("td", "energy_j_per_tok")] == ["–", "0.42 J/tok"]
     assert "multiple of the reference's own" in tree.root.text()
+
+
+def test_the_memory_wall_is_shown_beside_decode_speed(tmp_path):
+    run = tiny_run("20261202T120000Z", decode=100.0)
+    run.machine["memory_bandwidth_gb_s"] = 25.0
+    run.rows[0].metrics.update(bytes_per_token=125e6, roofline=0.5)
+    table = next(model_tree(render(tmp_path, run), "qwen2-tiny").root.find_all("table", "numbers"))
+    assert [td.text() for td in table.find_all("td", "wall")] == ["50%", "–"]
+    assert "Of the memory wall" in [th.text() for th in table.find_all("th")]

@@ -106,6 +106,18 @@ def truth_cell(row: Row, result: ResultFile) -> Cell:
     return Cell(f"{row.truth_ratio:.2g}x", hint=hint)
 
 
+def wall_cell(row: Row, result: ResultFile) -> Cell:
+    """The share of the machine's memory bandwidth the row's decode reaches (harness/roofline.py)."""
+    share, read = row.metrics.get("roofline"), row.metrics.get("bytes_per_token")
+    gb_s = result.machine.get("memory_bandwidth_gb_s")
+    if not isinstance(share, (int, float)) or not isinstance(read, (int, float)) or not isinstance(gb_s, (int, float)):
+        return Cell(numbers.DASH)
+    hint = (f"its decode reads about {read / 1e6:.0f} MB per token (weights and KV cache); at this machine's "
+            f"{gb_s:.0f} GB/s ({result.machine.get('memory_bandwidth_method', 'a large copy')}) that allows "
+            f"{gb_s * 1e9 / read:.0f} tok/s")
+    return Cell(f"{share:.0%}", hint=hint)
+
+
 def notes_cell(row: Row, result: ResultFile) -> Cell:
     """The notes; folded behind a one-line summary when they are longer than one line of their column."""
     text = "; ".join(row.notes)
@@ -136,6 +148,7 @@ def metric_column(metric: Metric) -> Column:
 COLUMNS = (
     Column("method", lambda rows: "Method", method_cell),
     *(metric_column(m) for m in TABLED),
+    Column("wall", lambda rows: "Of the memory wall", wall_cell, extra=True),
     Column("against", lambda rows: "Against the stack it replaces", against_cell),
     Column("distance", lambda rows: "Distance from reference", distance_cell),
     Column("truth", lambda rows: "Against the float64 truth", truth_cell, extra=True),

@@ -2,10 +2,10 @@
 the single-request runners and linnet.serve drive any of them the same way.
 
 An engine owns a static KV cache of `rows` rows of `max_positions` positions. Each row holds one sequence,
-its own position, and the last token it produced (kept on the device). Prefill fills one row; a decode step
-advances every row at once (rows nobody uses compute harmlessly and are ignored), which is what continuous
-batching needs and what a single request (rows = 1) uses too. Greedy argmax happens on the device: one
-token id per row crosses to the host per step, never the logits."""
+its own position, and the last token it produced (kept on the device). Prefill fills one row (or, batched, a
+piece of each of several rows in one call); a decode step advances every row at once (rows nobody uses compute
+harmlessly and are ignored), which is what continuous batching needs and what a single request (rows = 1) uses
+too. Greedy argmax happens on the device: one token id per row crosses to the host per step, never the logits."""
 
 from __future__ import annotations
 

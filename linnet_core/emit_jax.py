@@ -87,11 +87,20 @@ def rope(q, k, positions, heads, kv_heads, head_dim, inv_freq):
 def attention(q, k, v, positions, cache, row, heads, kv_heads, head_dim, scale=None, window=None):
     """Writes k, v [B, T, kv_heads * D] into cache rows row..row+B-1 at positions [B, T], then attends causally:
     each query sees its row's cache up to its own position. q [B, T, heads * D] -> [B, T, heads * D].
+    `row` may instead be int [B], the cache row of each of the B (a batch of chunks in any rows); a row past R,
+    like a position past S, is a padding one: its writes are dropped. Or, for B = 1 row of N tokens flattened from
+    several chunks, the tuple (rows [C], index [C, T], at [C, T], back [N]) of the chunks' padded layout: their cache
+    rows, the flattened token of each padded place and its position, and each token's place (see prefill_chunks).
     Grouped-query attention: each key/value head serves heads // kv_heads query heads. Scores are scaled by
     `scale` (None: head_dim^-1/2); with a `window`, a query sees only its last `window` positions.
 
     The cache keeps keys as [R, kv, D, S] and values as [R, kv, S, D]: the layouts the two matmuls read, so
     XLA neither copies nor transposes the cache to attend."""
+    if isinstance(row, tuple):  # flattened chunks: attend in their padded layout [C, T], then flatten back
+        rows, index, at, back = row
+        q, k, v = (x[0][index] for x in (q, k, v))  # [C, T, ...]
+        out, cache = attention(q, k, v, at, cache, rows, heads, kv_heads, head_dim, scale, window)
+        return out.reshape(-1, out.shape[-1])[back][None], cache  # [1, N, heads * D]
     B, T = positions.shape
     cache_k, cache_v = cache  # [R, kv, D, S], [R, kv, S, D]
     S = cache_v.shape[2]
@@ -100,13 +109,17 @@ def attention(q, k, v, positions, cache, row, heads, kv_heads, head_dim, scale=N
     # Scatter into the donated cache, in place, through its [R * kv, ...] view: row r's head h is r * kv + h.
     # (On the 4-d array itself, XLA's CPU backend turns a one-row write into a dynamic-update-slice that it
     # duplicates into the attention's matmul, copying the cache.) Positions past S are dropped.
-    heads_of = ((row + jnp.arange(B, dtype=jnp.int32)[:, None]) * kv_heads + jnp.arange(kv_heads))[:, None, :]  # [B, 1, kv]
+    rows = row if jnp.ndim(row) == 1 else row + jnp.arange(B, dtype=jnp.int32)  # [B]
+    heads_of = (rows[:, None] * kv_heads + jnp.arange(kv_heads))[:, None, :]  # [B, 1, kv]
     at = positions[:, :, None]  # [B, T, 1]
     write = {"mode": "drop", "unique_indices": True}
     cache_k = cache_k.reshape(-1, head_dim, S).at[heads_of, :, at].set(k, **write).reshape(cache_k.shape)
     cache_v = cache_v.reshape(-1, S, head_dim).at[heads_of, at].set(v, **write).reshape(cache_v.shape)
-    keys = jax.lax.dynamic_slice_in_dim(cache_k, row, B, axis=0)  # [B, kv, D, S]
-    values = jax.lax.dynamic_slice_in_dim(cache_v, row, B, axis=0)  # [B, kv, S, D]
+    if jnp.ndim(row) == 1:  # gathered rows (a padding row reads the last one: its output is ignored)
+        keys, values = jnp.take(cache_k, row, axis=0, mode="clip"), jnp.take(cache_v, row, axis=0, mode="clip")
+    else:
+        keys = jax.lax.dynamic_slice_in_dim(cache_k, row, B, axis=0)  # [B, kv, D, S]
+        values = jax.lax.dynamic_slice_in_dim(cache_v, row, B, axis=0)  # [B, kv, S, D]
     q = q.reshape(B, T, kv_heads, heads // kv_heads, head_dim).transpose(0, 2, 1, 3, 4)  # [B, kv, T, G, D]
     scale = head_dim**-0.5 if scale is None else scale
     scores = jnp.einsum("bktgd,bkds->bktgs", q, keys, precision=PRECISION) * scale  # [B, kv, T, G, S]

@@ -2,14 +2,14 @@
 the single-request runners and linnet.serve drive any of them the same way.
 
 An engine owns a static KV cache of `rows` rows of `max_positions` positions. Each row holds one sequence,
-its own position, and the last token it produced (kept on the device). Prefill fills one row; a decode step
-advances every row at once (rows nobody uses compute harmlessly and are ignored), which is what continuous
-batching needs and what a single request (rows = 1) uses too. Greedy argmax happens on the device: one
-token id per row crosses to the host per step, never the logits."""
+its own position, and the last token it produced (kept on the device). Prefill fills one row (or, batched, a
+piece of each of several rows in one call); a decode step advances every row at once (rows nobody uses compute
+harmlessly and are ignored), which is what continuous batching needs and what a single request (rows = 1) uses
+too. Greedy argmax happens on the device: one token id per row crosses to the host per step, never the logits."""
 
 from __future__ import annotations
 
-from typing import Protocol, Sequence
+from typing import NamedTuple, Protocol, Sequence
 
 import numpy as np
 
@@ -49,6 +49,48 @@ class SamplingEngine(Engine, Protocol):
         """step(), except that row r consumes tokens[r] (int [rows], e.g. a sampled token) instead of its last
         token; returns float32 logits [rows, vocab] on the host. Positions advance by one."""
         ...
+
+
+class Chunk(NamedTuple):
+    """One row's prefill piece in a batched prefill: tokens written at positions start.. of row."""
+
+    row: int
+    tokens: Sequence[int]
+    start: int = 0
+
+
+class BatchPrefillEngine(Engine, Protocol):
+    """The optional extension linnet.serve uses to prefill all of an engine step's chunks in one model call: the
+    chunks of several rows flattened into one token sequence, each token attending to its own row's cache. The
+    chunks name distinct rows. Engines without it get prefill_batch() below, which calls prefill() per chunk."""
+
+    def prefill_batch(self, chunks: Sequence[Chunk]) -> np.ndarray:
+        """What prefill() of each chunk in turn would do, in one call: int [len(chunks)], each chunk's greedy next
+        token (greedy on the device: only these ids cross to the host)."""
+        ...
+
+    def prefill_batch_logits(self, chunks: Sequence[Chunk]) -> np.ndarray:
+        """prefill_batch(), returning each chunk's last position's float32 logits [len(chunks), vocab] (for
+        sampling; an engine with it keeps SamplingEngine too)."""
+        ...
+
+
+def prefill_batch(engine: Engine, chunks: Sequence[Chunk]) -> np.ndarray:
+    """The chunks' greedy next tokens, int [len(chunks)]: in one call where the engine has prefill_batch, else one
+    prefill() per chunk."""
+    batch = getattr(engine, "prefill_batch", None)
+    if callable(batch):
+        return np.asarray(batch(chunks), dtype=np.int64)
+    return np.array([engine.prefill(c.row, c.tokens, c.start) for c in chunks], dtype=np.int64)
+
+
+def prefill_batch_logits(engine: "SamplingEngine", chunks: Sequence[Chunk]) -> np.ndarray:
+    """The chunks' last logits, float32 [len(chunks), vocab]: in one call where the engine has
+    prefill_batch_logits, else one prefill_logits() per chunk."""
+    batch = getattr(engine, "prefill_batch_logits", None)
+    if callable(batch):
+        return np.asarray(batch(chunks), dtype=np.float32)
+    return np.stack([np.asarray(engine.prefill_logits(c.row, c.tokens, c.start), dtype=np.float32) for c in chunks])
 
 
 class GeneratingEngine(Engine, Protocol):

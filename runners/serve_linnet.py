@@ -75,7 +75,9 @@ class LinnetServe(base.ServingRunner):
             self.notes.append(f"in the timed runs the engine decoded {m['serving_decode_tok_s']:.4g} tok/s in its decode steps "
                               f"({m['serving_decode_rows']:.3g} rows a step on average) and prefilled "
                               f"{m.get('serving_prefill_tok_s', 0):.4g} prompt tok/s; prefill took "
-                              f"{m.get('serving_prefill_share', 0):.0%} of its model time")  # fmt: skip
+                              f"{m.get('serving_prefill_share', 0):.0%} of its model time; the host spent "
+                              f"{m.get('serving_host_ms', 0):.3g} ms a step outside the engine's calls "
+                              f"({m.get('serving_host_share', 0):.0%} of the loop's time)")  # fmt: skip
 
     def score(self, ids, n_prefill):
         """The engine's own cache path, in row 0, once the serving loop has stopped."""
@@ -85,7 +87,8 @@ class LinnetServe(base.ServingRunner):
 def step_metrics(times: StepTimes) -> dict[str, float]:
     """The timed runs' model time by phase (ServeEngine.times): decode tok/s within the decode steps, the rows a step
     carried, prefill tok/s, and prefill's share of the model's time. Comparable with a single-request row's decode
-    tok/s, which leaves its prefill out too; a phase that did not run has no figures."""
+    tok/s, which leaves its prefill out too; a phase that did not run has no figures. And what the host costs: its
+    milliseconds per engine step outside the engine's calls, and their share of the loop's time."""
     metrics = {}
     if times.decode_s > 0 and times.decode_steps > 0:
         metrics["serving_decode_tok_s"] = times.decode_tokens / times.decode_s
@@ -94,6 +97,9 @@ def step_metrics(times: StepTimes) -> dict[str, float]:
         metrics["serving_prefill_tok_s"] = times.prefill_tokens / times.prefill_s
     if times.prefill_s + times.decode_s > 0:
         metrics["serving_prefill_share"] = times.prefill_s / (times.prefill_s + times.decode_s)
+    if times.loop_steps > 0 and times.loop_s > 0:
+        metrics["serving_host_ms"] = times.host_s * 1e3 / times.loop_steps
+        metrics["serving_host_share"] = times.host_s / times.loop_s
     return metrics
 
 

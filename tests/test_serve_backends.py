@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from linnet_core.engine import Chunk, prefill_batch, prefill_batch_logits
 from linnet_core.serve.backends import BACKENDS, EngineSpec, make_engine, unavailable
 from linnet_core.serve.config import ServeConfig
 from linnet_core.serve.engine_loop import ServeEngine
@@ -74,6 +75,64 @@ def test_a_served_request_gets_its_single_request_tokens(built, case):
         assert r.output == single_request_tokens(tiny_checkpoint, r.prompt, 8), (name, r.prompt)
     assert all(len(r.output) == 8 for r in (*requests, sampled))
     assert sampled.output != requests[0].output
+
+
+# the backends whose engines prefill a batch of chunks in one call; ort keeps engine.py's fallback (a call per chunk)
+BATCH_PREFILL = {"torch", "xla"}
+
+
+def test_a_batched_prefill_makes_the_tokens_of_prefills_one_by_one(built, reference):
+    name, b = built
+    engine, prompt = b.engine, list(range(200, 240))
+    engine.prefill(2, prompt[:13])
+    reference.prefill(2, prompt[:13])
+    # a continued prompt, two fresh ones (one of a single token), in rows out of order
+    chunks = [Chunk(2, prompt[13:31], 13), Chunk(0, prompt[3:24]), Chunk(3, [7])]
+    assert callable(getattr(engine, "prefill_batch", None)) == (name in BATCH_PREFILL)
+    assert list(prefill_batch(engine, chunks)) == [reference.prefill(*c) for c in chunks]
+    assert list(engine.step()[[0, 2, 3]]) == list(reference.step()[[0, 2, 3]])  # the rows read on from there
+    chunks = [Chunk(1, prompt[:9]), Chunk(3, prompt[20:37])]
+    logits = prefill_batch_logits(engine, chunks)
+    assert logits.shape == (2, 1024) and logits.dtype == np.float32
+    assert np.abs(logits - np.stack([reference.prefill_logits(*c) for c in chunks])).max() <= 1e-4
+    if name in BATCH_PREFILL:  # one chunk per row, at least one, each within its row: else a clear error
+        for bad in ([Chunk(1, [5]), Chunk(1, [6], 1)], [Chunk(0, [5] * 8, POSITIONS - 4)], [Chunk(ROWS, [5])], [Chunk(0, [])], []):
+            with pytest.raises(ValueError, match="prefill"):
+                engine.prefill_batch(bad)
+
+
+class CountingEngine:
+    """An engine as it is, recording the calls linnet.serve makes to it: (method, chunks for a batched prefill)."""
+
+    def __init__(self, engine):
+        self.engine, self.calls = engine, []
+
+    def __getattr__(self, name):
+        value = getattr(self.engine, name)
+        if name in ("prefill", "prefill_logits", "prefill_batch", "prefill_batch_logits", "step", "step_logits"):
+            return lambda *args: self.calls.append((name, len(args[0]) if name.startswith("prefill_batch") else 1)) or value(*args)
+        return value
+
+
+def test_an_engine_step_prefills_every_request_in_one_call(built):
+    name, b = built
+    if name not in BATCH_PREFILL:
+        pytest.skip(f"the {name} engine keeps the fallback: one call per chunk")
+    engine = CountingEngine(b.engine)
+    serve = ServeEngine(engine, ServeConfig(rows=ROWS, max_positions=POSITIONS, prefill_chunk=16, prefill_budget=64), 1001, name)
+    greedy, sampled = SamplingParams(max_tokens=4, ignore_eos=True), SamplingParams(max_tokens=4, temperature=0.7, seed=2, ignore_eos=True)
+    requests = [Request(p, sampled if i == 1 else greedy) for i, p in enumerate(prompts(4, seed=5, low=10, high=40))]
+    for r in requests:  # one samples: its last chunk's call returns logits
+        serve.submit(r)
+    per_step = []
+    while serve.scheduler.has_work:
+        engine.calls.clear()
+        serve.step()
+        per_step.append([call for call in engine.calls if call[0].startswith("prefill")])
+    assert all(len(calls) <= 1 for calls in per_step), per_step  # one model call for all of a step's chunks...
+    assert per_step[0] == [("prefill_batch", 4)], per_step  # ...the four requests' first chunks in the first step
+    assert {call[0] for calls in per_step for call in calls} == {"prefill_batch", "prefill_batch_logits"}
+    assert all(len(r.output) == 4 for r in requests)
 
 
 @pytest.mark.parametrize("backend", ["torch", "ort"])

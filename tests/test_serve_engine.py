@@ -93,6 +93,9 @@ def test_the_model_time_is_accounted_by_phase(engine):
     assert times.decode_tokens == len(requests) * (GREEDY.max_tokens - 1) and times.decode_steps == serve.steps
     assert 1 < times.decode_tokens / times.decode_steps <= engine.rows
     assert times.prefill_s > 0 and times.decode_s > 0
+    # every step the test ran is one loop step, its wall time holding the model's calls and the host's work besides
+    assert times.loop_steps >= times.decode_steps and times.loop_s > times.prefill_s + times.decode_s
+    assert 0 < times.host_s == pytest.approx(times.loop_s - times.prefill_s - times.decode_s)
 
 
 def test_events_stream_every_token_once_and_end_with_the_reason(engine):

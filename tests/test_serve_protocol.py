@@ -71,7 +71,8 @@ def test_linnet_serve_matches_the_reference_and_says_how_it_ran(serving_run):
     m = row.metrics  # the timed runs' model time by phase: every run's decode steps carry up to the in-flight rows
     assert m["serving_decode_tok_s"] > 0 and m["serving_prefill_tok_s"] > 0 and 0 < m["serving_prefill_share"] < 1
     assert 1 < m["serving_decode_rows"] <= SERVING["quick"].max_in_flight
-    assert any("in the timed runs the engine decoded" in n for n in row.notes), row.notes
+    assert m["serving_host_ms"] > 0 and 0 < m["serving_host_share"] < 1  # the loop's time outside the engine's calls
+    assert any("in the timed runs the engine decoded" in n and "ms a step outside the engine's calls" in n for n in row.notes), row.notes
     from harness.workload import PROBE_TOKENS
 
     positions = max(SERVING["quick"].max_positions, PROBE_TOKENS)  # the cache holds the workload or the probe

@@ -3,7 +3,7 @@ model and repeats schedule -> run -> postprocess (nano-vllm's step) while there 
 
   1. apply cancellations (a client that went away gives its row back at once),
   2. admit waiting requests into free rows,
-  3. prefill this step's prompt chunks (long prompts in several steps),
+  3. prefill this step's prompt chunks (long prompts in several steps), all in one model call,
   4. hand the prefills' events (each finished prompt's first token) to the listener at once, so a request's
      first token leaves as soon as its prefill made it, not after the decode step that follows,
   5. one batched decode step over every row, for the requests whose prompts are in,
@@ -37,15 +37,24 @@ class EngineFailed(Exception):
 
 @dataclass(frozen=True)
 class StepTimes:
-    """Where the loop's model time went, summed since the engine started: prompt tokens prefilled and decode
-    tokens made, with the seconds the model took for each. A client's throughput counts prefill and decode alike;
-    these say how much of it each phase took, and how many rows a decode step carried on average."""
+    """Where the loop's time went, summed since the engine started: prompt tokens prefilled and decode tokens made,
+    with the seconds the model took for each (the engine calls), and the loop's steps with their whole seconds. A
+    client's throughput counts prefill and decode alike; these say how much of it each phase took, how many rows a
+    decode step carried on average, and how much of a step the host spent outside the engine's calls (scheduling,
+    bookkeeping, handing events out): the time a device waits for the host between steps."""
 
     prefill_tokens: int = 0
     prefill_s: float = 0.0
     decode_steps: int = 0
     decode_tokens: int = 0
     decode_s: float = 0.0
+    loop_steps: int = 0  # engine steps (one prefill call and one decode step at most) that had work
+    loop_s: float = 0.0  # their wall time, model calls included
+
+    @property
+    def host_s(self) -> float:
+        """The loop's time outside the model's calls."""
+        return max(0.0, self.loop_s - self.prefill_s - self.decode_s)
 
     def __sub__(self, earlier: "StepTimes") -> "StepTimes":
         return StepTimes(*(a - b for a, b in zip(astuple(self), astuple(earlier))))
@@ -149,6 +158,7 @@ class ServeEngine:
                 self._wake.wait()
                 self._wake.clear()
                 continue
+            started = time.perf_counter()
             for phase in (self.prefill_step, self.decode_step):
                 try:
                     events = phase()
@@ -157,11 +167,18 @@ class ServeEngine:
                     return
                 if events:
                     self._listener(events)
+            self._count_step(time.perf_counter() - started)
 
     def step(self) -> list[Event]:
         """One iteration: cancellations, admissions, prefill chunks, one decode step. Returns its events (a
         request whose prompt finished this step has two: its prefill's first token, then its decode token)."""
-        return self.prefill_step() + self.decode_step()
+        started = time.perf_counter()
+        events = self.prefill_step() + self.decode_step()
+        self._count_step(time.perf_counter() - started)
+        return events
+
+    def _count_step(self, seconds: float) -> None:
+        self.times = replace(self.times, loop_steps=self.times.loop_steps + 1, loop_s=self.times.loop_s + seconds)
 
     def prefill_step(self) -> list[Event]:
         """Cancellations, admissions and this step's prefill chunks; the events of requests they ended or started."""
@@ -172,15 +189,16 @@ class ServeEngine:
             self.scheduler.admit()
             chunks = self.scheduler.prefill_chunks()
         start = time.perf_counter()
-        for chunk in chunks:
-            first = self.model.prefill(chunk)
+        firsts = self.model.prefill(chunks)  # one engine call for all of them
+        prefill_s = time.perf_counter() - start
+        for chunk, first in zip(chunks, firsts):
             chunk.request.prefilled += len(chunk.tokens)
             if chunk.is_last:
                 chunk.request.status = Status.DECODING
                 self._append(chunk.request, first, tokens, finished)
         if chunks:
             self.times = replace(self.times, prefill_tokens=self.times.prefill_tokens + sum(len(c.tokens) for c in chunks),
-                                 prefill_s=self.times.prefill_s + time.perf_counter() - start)  # fmt: skip
+                                 prefill_s=self.times.prefill_s + prefill_s)  # fmt: skip
         return self._events(tokens, finished)
 
     def decode_step(self) -> list[Event]:
@@ -189,11 +207,13 @@ class ServeEngine:
         finished: dict[str, str] = {}
         decoding = self.scheduler.decoding()
         if decoding:
+            sampling = [r for r in decoding if not r.params.greedy]
             start = time.perf_counter()
-            new = self.model.decode([r for r in decoding if not r.params.greedy])
+            new = self.model.decode(sampling)
+            decode_s = time.perf_counter() - start
             self.times = replace(self.times, decode_steps=self.times.decode_steps + 1,
                                  decode_tokens=self.times.decode_tokens + len(decoding),
-                                 decode_s=self.times.decode_s + time.perf_counter() - start)  # fmt: skip
+                                 decode_s=self.times.decode_s + decode_s)  # fmt: skip
             for request in decoding:
                 self._append(request, int(new[request.row]), tokens, finished)
         return self._events(tokens, finished)

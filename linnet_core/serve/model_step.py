@@ -1,5 +1,6 @@
-"""One step of the model over an Engine (nano-vllm's model runner): prefill chunks into their rows, and one
-batched decode step over every row, greedy on the device or sampled on the host from the step's logits.
+"""One step of the model over an Engine (nano-vllm's model runner): all of a step's prefill chunks into their rows
+in one engine call, and one batched decode step over every row, greedy on the device or sampled on the host from
+the step's logits.
 
 The engine's decode step advances every row, used or not. Rows nobody uses compute harmlessly, but their
 positions keep growing; a free row that reaches the end of its positions is parked again at position 1 with
@@ -9,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from linnet_core.engine import Engine
+from linnet_core.engine import Chunk, Engine, prefill_batch, prefill_batch_logits
 from linnet_core.serve.request import Request
 from linnet_core.serve.sampling import sample
 from linnet_core.serve.scheduler import PrefillChunk
@@ -28,17 +29,29 @@ class ModelStep:
         self.positions = np.zeros(self.rows, dtype=np.int64)  # [rows] host mirror of each row's position
         self.last_tokens = np.zeros(self.rows, dtype=np.int64)  # [rows] the token each row feeds at the next step
 
-    def prefill(self, chunk: PrefillChunk) -> int | None:
-        """Writes the chunk into the request's row. Returns the request's first new token after its last chunk."""
-        request, row = chunk.request, chunk.request.row
-        if chunk.is_last and not request.params.greedy:
-            logits = self.engine.prefill_logits(row, chunk.tokens, chunk.start)  # [vocab]
-            token = sample(logits, request.params.temperature, request.params.top_p, request.rng)
+    def prefill(self, chunks: list[PrefillChunk]) -> list[int | None]:
+        """Writes all of a step's chunks into their requests' rows in one engine call (engine.prefill_batch).
+        Returns, per chunk, the request's first new token after its last chunk, else None. The call returns the
+        logits only when a chunk ends a sampled request's prompt; otherwise only token ids leave the device."""
+        if not chunks:
+            return []
+        batch = [Chunk(c.request.row, c.tokens, c.start) for c in chunks]
+        sampled = [c.is_last and not c.request.params.greedy for c in chunks]
+        if any(sampled):
+            logits = prefill_batch_logits(self.engine, batch)  # [C, vocab]
+            tokens = [int(row.argmax()) for row in logits]
+            for i, chunk in enumerate(chunks):
+                if sampled[i]:
+                    params = chunk.request.params
+                    tokens[i] = sample(logits[i], params.temperature, params.top_p, chunk.request.rng)
         else:
-            token = int(self.engine.prefill(row, chunk.tokens, chunk.start))
-        self.positions[row] = chunk.start + len(chunk.tokens)
-        self.last_tokens[row] = token
-        return token if chunk.is_last else None
+            tokens = [int(t) for t in prefill_batch(self.engine, batch)]
+        assert len(tokens) == len(chunks), f"the engine's batched prefill returned {len(tokens)} tokens for {len(chunks)} chunks"
+        for chunk, token in zip(chunks, tokens):
+            row = chunk.request.row
+            self.positions[row] = chunk.start + len(chunk.tokens)
+            self.last_tokens[row] = token
+        return [token if chunk.is_last else None for chunk, token in zip(chunks, tokens)]
 
     def decode(self, sampling: list[Request]) -> np.ndarray:
         """One decode step over all rows; int [rows] new token ids. `sampling` are the decoding requests that

@@ -1,6 +1,7 @@
 """The xla backend: Linnet's generated JAX module (linnet_core.emit_jax) for S rows of L positions, jitted by XLA.
-Its decode step is one compiled call over every row; prefill pads each chunk to a power of two, so XLA compiles
-a handful of prompt shapes, not one per length."""
+Its decode step is one compiled call over every row; a step's prefill chunks are one call too, their tokens
+flattened and padded to a power of two (attention pads them to a power of two of chunks of a power-of-two length),
+so XLA compiles a handful of shapes, not one per length."""
 
 from __future__ import annotations
 

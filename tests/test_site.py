@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import html
 import json
+import os
 import re
 import subprocess
 import sys
@@ -17,6 +18,7 @@ from harness.results import ResultFile, Row, load_result, write_result
 from harness.site import build_site, numbers
 from linnet_core.errors import UserError
 
+ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = Path(__file__).parent / "fixtures"
 PUBLISHED = FIXTURES / "published_h100.json"  # the published page's numbers as a result file
 # The published page's text, as in shared/seed/ (a copy, so the test runs wherever the repository is cloned).
@@ -957,3 +959,22 @@ def test_the_memory_wall_is_shown_beside_decode_speed(tmp_path):
     table = next(model_tree(render(tmp_path, run), "qwen2-tiny").root.find_all("table", "numbers"))
     assert [td.text() for td in table.find_all("td", "wall")] == ["50%", "–"]
     assert "Of the memory wall" in [th.text() for th in table.find_all("th")]
+
+
+def test_an_installed_copy_renders_the_site_from_anywhere(tmp_path):
+    """`pip install .` (not editable), then `linnet-bench site` from another directory: the templates and assets are
+    package data, not files beside a clone."""
+    target, elsewhere = tmp_path / "installed", tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    pip = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", "--target",
+                          str(target), str(ROOT)], capture_output=True, text=True, timeout=600)  # fmt: skip
+    assert pip.returncode == 0, pip.stderr[-2000:]
+    assert not (target / "site_templates").exists()
+    env = {**os.environ, "PYTHONPATH": str(target)}
+    code = ("import harness.site, sys; assert harness.site.__file__.startswith(sys.argv[1]), harness.site.__file__; "
+            "from harness.cli import main; sys.argv = ['linnet-bench', 'site', '--results', sys.argv[2], '--out', 'site']; main()")  # fmt: skip
+    out = subprocess.run([sys.executable, "-c", code, str(target), str(ROOT / "results")], cwd=elsewhere, env=env,
+                         capture_output=True, text=True, timeout=600)  # fmt: skip
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+    assert (elsewhere / "site" / "index.html").is_file() and (elsewhere / "site" / "assets" / "style.css").is_file()
+    assert (elsewhere / "site" / "assets" / "site.js").read_text() == (ROOT / "harness/site/templates/assets/site.js").read_text()

@@ -6,11 +6,12 @@
     OUT/assets/                     style.css, site.js and plotly.min.js (copied from the plotly package: no CDN)
 
 The results are loaded once into one context (context.py), turned into page objects (pages.py), and rendered by
-jinja2 templates from site_templates/ that only place what the page objects hold. The site is rendered into a
+jinja2 templates from harness/site/templates/ (package data: an installed copy renders as a clone does) that only place what the page objects hold. The site is rendered into a
 temporary directory beside OUT and swapped in whole: a failure mid-render leaves the previous site as it was."""
 
 from __future__ import annotations
 
+import importlib.resources
 import os
 import shutil
 import tempfile
@@ -24,7 +25,7 @@ from harness.site.context import load_context
 from harness.site.pages import data_file, index_entry, model_page
 from linnet_core.errors import UserError
 
-TEMPLATES = Path(__file__).resolve().parents[2] / "site_templates"
+TEMPLATES = importlib.resources.files("harness.site") / "templates"  # package data, read as such
 
 
 def build_site(results_dir: Path, out_dir: Path, warn: Callable[[str], None] = lambda message: None) -> list[Path]:
@@ -87,7 +88,7 @@ def render(context, out: Path) -> list[Path]:
 def environment() -> jinja2.Environment:
     """Templates escape everything they print: result files may hold any text."""
     return jinja2.Environment(
-        loader=jinja2.FileSystemLoader(TEMPLATES),
+        loader=jinja2.PackageLoader("harness.site", "templates"),
         autoescape=True,
         undefined=jinja2.StrictUndefined,
         trim_blocks=True,
@@ -98,7 +99,7 @@ def environment() -> jinja2.Environment:
 def copy_assets(assets: Path) -> None:
     assets.mkdir(parents=True, exist_ok=True)
     for source in (TEMPLATES / "assets").iterdir():
-        copy_file(source, assets / source.name)
+        (assets / source.name).write_bytes(source.read_bytes())
     (assets / "plotly.min.js").write_text(plotly.offline.get_plotlyjs(), encoding="utf-8")
 
 

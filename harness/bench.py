@@ -373,30 +373,34 @@ class Reference:
     truth_distance: float | None = None  # the reference's: every row's truth_ratio is over it
 
     def load(self, outcome: launch.ChildOutcome, work: Path) -> None:
-        record = outcome.record
-        if record is None or record["status"] != "ok" or not record.get("has_logits"):
-            why = (record or {}).get("reason") or outcome.failure or "it gave no logits"
+        logits, why = child_logits(outcome, work)
+        if logits is None:
             self.failure = f"the reference did not run ({why})"
             return
-        self.logits = np.load(work / "logits.npy")
-        self.tokens = record["tokens"]
+        self.logits, self.tokens, self.failure = logits, outcome.record["tokens"], None
         self.shape = accuracy.distribution_shape(self.logits)
-        self.failure = None
         self.link()
 
     def load_truth(self, outcome: launch.ChildOutcome, work: Path) -> None:
-        record = outcome.record
-        if record is None or record["status"] != "ok" or not record.get("has_logits"):
-            why = (record or {}).get("reason") or outcome.failure or "it gave no logits"
+        truth, why = child_logits(outcome, work)
+        if truth is None:
             self.truth_failure = f"the float64 truth did not run ({why})"
             return
-        self.truth, self.truth_failure = np.load(work / "logits.npy"), None
+        self.truth, self.truth_failure = truth, None
         self.link()
 
     def link(self) -> None:
         """The reference's own distance from the truth, once both have run (in either order on a cluster)."""
         if self.logits is not None and self.truth is not None and self.truth.shape == self.logits.shape:
             self.truth_distance = max_difference(self.logits, self.truth)
+
+
+def child_logits(outcome: launch.ChildOutcome, work: Path) -> tuple[np.ndarray | None, str | None]:
+    """The probe logits a child saved in WORK, or None and why there are none."""
+    record = outcome.record
+    if record is None or record["status"] != "ok" or not record.get("has_logits"):
+        return None, (record or {}).get("reason") or outcome.failure or "it gave no logits"
+    return np.load(work / "logits.npy"), None
 
 
 def max_difference(a: np.ndarray, b: np.ndarray) -> float:

@@ -292,6 +292,19 @@ def test_the_cuda_graph_engine_matches_eager_on_a_gpu(module, tiny_checkpoint, t
     assert generate(graphed, 0, probe) == generate(eager, 0, probe)
 
 
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
+@pytest.mark.parametrize("mode", ["cudagraphs", "inductor"])
+def test_captured_blocks_and_prefill_graphs_give_the_eager_tokens_on_a_gpu(module, tiny_checkpoint, tiny, mode):
+    """Two replayed blocks of 4 and a tail of 2; the 40-token prompt through its bucket's graph (64), twice."""
+    probe = probe_ids(tiny.first_special_token, 0, length=40)
+    eager = engine(module, tiny_checkpoint, device="cuda")
+    graphed = engine(module, tiny_checkpoint, device="cuda", mode=mode, block_steps=4)
+    for _ in range(2):
+        assert graphed.prefill(0, probe) == eager.prefill(0, probe)
+        assert graphed.generate(10).tolist() == [eager.step().tolist() for _ in range(10)]
+    assert list(graphed.prefill_graphs) == [64]
+
+
 def allocations(code: str) -> list[int]:
     """Element counts of the buffers that inductor's generated code allocates (C++ or Python wrapper)."""
     arrays = dict(re.findall(r"(int_array_\d+)\[\] = \{([^}]*)\}", code))

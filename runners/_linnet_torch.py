@@ -1,7 +1,9 @@
 """What the three generated-PyTorch rows share: at load, emit the model's module into the run's work directory,
-import it, and drive its Engine (one cache row) in a given mode: eager, inductor or CUDA graphs."""
+import it, and drive its Engine (one cache row) in a given mode: eager, inductor or CUDA graphs. The decode runs
+through the Engine's generate() (base.EngineRunner.decode): its tokens stay on the device until the last."""
 
 from __future__ import annotations
+
 
 import torch
 
@@ -32,6 +34,7 @@ class LinnetTorchRunner(base.EngineRunner):
         self.engine = module.Engine(spec.checkpoint, rows=1, max_positions=spec.max_positions, device=spec.device,
                                     dtype=spec.dtype, mode=self.mode)  # fmt: skip
         self.notes.append(f"KV cache compiled for {spec.max_positions} positions")
+        self.notes.append(decode_note(self.engine))
         if self.quant:
             how = ("torch's int8 weight-pack matmul" if self.mode != "inductor" else
                    "one fused inductor pass over the int8 weight")  # fmt: skip
@@ -42,3 +45,11 @@ class LinnetTorchRunner(base.EngineRunner):
         self.engine = None
         if torch.cuda.is_available():
             torch.cuda.empty_cache()
+
+
+def decode_note(engine) -> str:
+    """What the row's decode and prefill do, from the engine as it was built."""
+    if engine.prefill_graphs is not None:  # the CUDA graph modes, one row
+        return (f"decode: {engine.block_steps} steps per CUDA graph replay, tokens to the host once per decode; "
+                "prefill: one CUDA graph per prompt-length bucket (padded, captured on first use)")  # fmt: skip
+    return "decode: every step on the device, tokens to the host once per decode"

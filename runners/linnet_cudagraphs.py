@@ -1,6 +1,6 @@
-"""Linnet, CUDA graphs: the generated PyTorch module's decode step captured once in a CUDA graph over the static
-KV cache and replayed every step (positions live on the device, so one graph serves them all); prefill runs
-eagerly outside the graph. GPU only."""
+"""Linnet, CUDA graphs: the generated PyTorch module's decode captured in CUDA graphs over the static KV cache, a
+block of decode steps per graph (positions and tokens live on the device, so one graph serves every position and
+one replay makes a block of tokens); the prefill captured per prompt-length bucket. GPU only."""
 
 from __future__ import annotations
 
@@ -15,7 +15,3 @@ class Runner(LinnetTorchRunner):
         if spec.device != "cuda":
             return "CUDA graphs need a GPU"
         return super().unavailable(spec)
-
-    def load(self):
-        super().load()
-        self.notes.append("decode step captured once in a CUDA graph at load; prefill runs eagerly")

@@ -5,10 +5,14 @@ from __future__ import annotations
 
 import ast
 import json
+import math
 import os
+import re
 import subprocess
 import sys
+import types
 import typing
+from unittest import mock
 
 import numpy as np
 import pytest
@@ -122,6 +126,67 @@ def test_the_static_window_step_the_cuda_graph_runs_matches(module, tiny_checkpo
     assert generate(static, 0, probe) == generate(windowed, 0, probe)
 
 
+def test_generate_returns_the_tokens_of_step_calls_in_blocks(module, tiny_checkpoint, reference, tiny):
+    """generate(n) runs full blocks through run_block (what a CUDA graph replays) and a shorter tail step by step,
+    continuing where the last call left off; n = 0 returns no tokens. Here the block runs as it is captured."""
+    probe = probe_ids(tiny.first_special_token, 0, length=40)
+    stepped = engine(module, tiny_checkpoint, rows=2)
+    blocked = engine(module, tiny_checkpoint, rows=2, block_steps=3)
+    calls, block = [], blocked.decode_block
+    blocked.run_block = lambda tokens: (calls.append(("block", len(tokens))), block(tokens))[1]
+    blocked.decode_block = lambda tokens: (calls.append(("steps", len(tokens))), block(tokens))[1]
+    first = [stepped.prefill(0, probe), blocked.prefill(0, probe)]
+    got = []
+    schedules = {0: [], 2: [("steps", 2)], 3: [("block", 3)], 7: [("block", 3), ("block", 3), ("steps", 1)]}
+    for n, expected_calls in schedules.items():
+        calls.clear()
+        tokens = blocked.generate(n)
+        assert tokens.shape == (n, 2) and tokens.dtype == np.int64 and calls == expected_calls
+        assert tokens.tolist() == [stepped.step().tolist() for _ in range(n)]
+        got += tokens[:, 0].tolist()
+    assert blocked.host_positions.tolist() == stepped.host_positions.tolist() == [40 + 12, 12]
+    expected = [reference.prefill(probe), *reference.decode(NEW - 1)]
+    assert [first[1], *got] == expected[:13] and first[0] == first[1]
+
+
+def test_a_replayed_block_gives_the_tokens_of_steps(module, tiny_checkpoint, tiny):
+    """The CUDA graph path on a CPU: replay_block's 'graph' runs decode_block over the static block buffer, as the
+    captured graph does, over the static-window step the graphs capture; generate() then copies the buffer out."""
+    probe = probe_ids(tiny.first_special_token, 0, length=40)
+    stepped = engine(module, tiny_checkpoint)
+    graphed = engine(module, tiny_checkpoint, block_steps=4)
+    graphed.decode = lambda window: graphed.decode_step(graphed.max_positions)
+    graphed.block_tokens = torch.zeros((4, 1), dtype=torch.int64)
+    graphed.block_graph = types.SimpleNamespace(replay=lambda: graphed.decode_block(graphed.block_tokens))
+    graphed.run_block = graphed.replay_block
+    assert stepped.prefill(0, probe) == graphed.prefill(0, probe)
+    assert graphed.generate(10)[:, 0].tolist() == [int(stepped.step()[0]) for _ in range(10)]
+    assert graphed.generate(4)[:, 0].tolist() == [int(stepped.step()[0]) for _ in range(4)]
+
+
+def test_a_prefill_padded_to_its_bucket_gives_the_same_logits(module, tiny_checkpoint, tiny):
+    """What a prefill graph runs, on a CPU: the prompt padded to its bucket's length, the pad at positions past the
+    prompt. Chunks continue it; a prompt whose bucket would pass the cache's end runs unpadded."""
+    probe = probe_ids(tiny.first_special_token, 0, length=60)
+    plain = engine(module, tiny_checkpoint, max_positions=64)
+    padded = engine(module, tiny_checkpoint, max_positions=64)
+    padded.prefill_graphs = {}  # a one-row engine on a GPU has these; on a CPU captured_prefill runs as is
+    ran, captured = [], padded.captured_prefill
+    padded.captured_prefill = lambda ids, positions: (ran.append(ids.shape[1]), captured(ids, positions))[1]
+    for start, end, bucket in ((0, 20, [32]), (20, 37, [32]), (37, 60, [])):  # 37 + 32 would pass 64
+        chunk = probe[start:end]
+        ran.clear()
+        got = padded.prefill_logits(0, chunk, start)
+        np.testing.assert_allclose(got, plain.prefill_logits(0, chunk, start), atol=2e-5)
+        assert ran == bucket
+        assert padded.generate(3).tolist() == plain.generate(3).tolist()
+        padded.prefill(0, probe[:end]), plain.prefill(0, probe[:end])  # back to the chunk's end
+    assert module.prefill_bucket(17, 0, 640) == 32 and module.prefill_bucket(16, 0, 640) == 16
+    assert module.prefill_bucket(600, 0, 640) is None and module.prefill_bucket(30, 620, 640) is None
+    ids, positions = module.padded_prompt([5, 6, 7], 10, 5, "cpu")
+    assert ids.tolist() == [[5, 6, 7, 7, 7]] and positions.tolist() == [[10, 11, 13, 14, 12]]
+
+
 def test_rows_at_different_positions_get_the_tokens_of_single_row_runs(module, tiny_checkpoint, tiny):
     prompts = [prompt_ids(n, tiny.first_special_token, seed) for n, seed in ((30, 1), (17, 2), (45, 3))]
     solo = [generate(engine(module, tiny_checkpoint), 0, p) for p in prompts]
@@ -225,3 +290,78 @@ def test_the_cuda_graph_engine_matches_eager_on_a_gpu(module, tiny_checkpoint, t
     graphed = engine(module, tiny_checkpoint, device="cuda", mode="cudagraphs")
     np.testing.assert_allclose(graphed.score(probe, 24), eager.score(probe, 24), atol=1e-4)
     assert generate(graphed, 0, probe) == generate(eager, 0, probe)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
+@pytest.mark.parametrize("mode", ["cudagraphs", "inductor"])
+def test_captured_blocks_and_prefill_graphs_give_the_eager_tokens_on_a_gpu(module, tiny_checkpoint, tiny, mode):
+    """Two replayed blocks of 4 and a tail of 2; the 40-token prompt through its bucket's graph (64), twice."""
+    probe = probe_ids(tiny.first_special_token, 0, length=40)
+    eager = engine(module, tiny_checkpoint, device="cuda")
+    graphed = engine(module, tiny_checkpoint, device="cuda", mode=mode, block_steps=4)
+    for _ in range(2):
+        assert graphed.prefill(0, probe) == eager.prefill(0, probe)
+        assert graphed.generate(10).tolist() == [eager.step().tolist() for _ in range(10)]
+    assert list(graphed.prefill_graphs) == [64]
+
+
+def allocations(code: str) -> list[int]:
+    """Element counts of the buffers that inductor's generated code allocates (C++ or Python wrapper)."""
+    arrays = dict(re.findall(r"(int_array_\d+)\[\] = \{([^}]*)\}", code))
+    sizes = [arrays[name] for name in re.findall(r"aoti_torch_empty_strided\(\d+, (int_array_\d+)", code)]
+    sizes += re.findall(r"empty_strided_cpu\(\(([^)]*)\)", code)
+    return [math.prod(int(v.strip().rstrip("L")) for v in size.split(",") if v.strip()) for size in sizes]
+
+
+def test_inductor_compiles_each_graph_once_and_writes_the_cache_in_place(module, tiny_checkpoint, reference, tiny):
+    """The decode step compiles once, without graph breaks, and neither other positions, step(), score() nor
+    another prompt length compile again (the prefill's shapes are dynamic); the compiled step allocates nothing
+    the size of a layer's cache (around an index_copy_ into a view of it, inductor copied the cache every step);
+    generate() gives transformers' greedy tokens."""
+    from torch._dynamo.utils import counters
+    from torch._inductor.graph import GraphLowering
+
+    probe = probe_ids(tiny.first_special_token, 0, length=40)
+    torch._dynamo.reset()
+    counters.clear()
+    codes = []  # the source of each graph inductor compiles (as torch._inductor.utils.run_and_get_code sees it)
+    # compile here rather than load from the cache, so that the code is seen; a change of this setting recompiles
+    with torch._inductor.config.patch(force_disable_caches=True), \
+            mock.patch.object(GraphLowering, "save_output_code", codes.append):  # fmt: skip
+        eng = engine(module, tiny_checkpoint, mode="inductor")
+        first = eng.prefill(0, probe)
+        tokens = eng.generate(NEW - 1)
+        [_prefill, decode] = codes
+        eng.prefill(0, probe[:30])
+        eng.step()
+        eng.generate(5)
+        eng.score(probe, 24)
+    assert [first, *tokens[:, 0].tolist()] == [reference.prefill(probe), *reference.decode(NEW - 1)]
+    assert counters["stats"]["unique_graphs"] == 2 and not counters["graph_break"]
+    layer_cache = eng.max_positions * module.KV_HEADS * module.HEAD_DIM
+    sizes = allocations(decode)
+    assert sizes and max(sizes) < layer_cache, (max(sizes), layer_cache)
+
+
+def test_the_inductor_rows_trials_share_its_compile_cache(tiny, tiny_checkpoint, tmp_path, monkeypatch):
+    """Each trial is a fresh process with the run's compile caches (harness.launch.compile_caches): the second loads
+    what the first compiled."""
+    from torch._dynamo.utils import counters
+
+    from harness.launch import compile_caches
+
+    for name, value in compile_caches(tmp_path / "compile-cache").items():  # what the harness gives a run's children
+        monkeypatch.setenv(name, value)  # restored after the test
+    probe = probe_ids(tiny.first_special_token, 0, length=40)
+    seen = []
+    for k in (1, 2):
+        work = tmp_path / "linnet-inductor" / f"trial-{k}"
+        torch._dynamo.reset()
+        counters.clear()
+        [path] = write(build_decoder(tiny.config), tiny_checkpoint, work / "generated", CompileOptions())
+        eng = engine(import_generated(path), tiny_checkpoint, mode="inductor")
+        eng.prefill(0, probe)
+        eng.generate(2)
+        seen.append((counters["inductor"]["fxgraph_cache_miss"], counters["inductor"]["fxgraph_cache_hit"]))
+    assert seen == [(2, 0), (0, 2)]
+    assert (tmp_path / "compile-cache" / "inductor").is_dir()

@@ -37,7 +37,7 @@ from harness import stats
 from harness.registry import MODELS
 from harness.results import ResultFile, Row, load_result
 from harness.validate import invalid_figures, is_number
-from linnet_core.errors import UserError
+from linnet_core.errors import UserError, literal
 from runners import REFERENCE, RUNNERS
 
 
@@ -590,10 +590,10 @@ STYLE = {"regression": "red", "improvement": "green", "new": "cyan", "note": "ye
 
 def header(c: Comparison) -> str:
     def side(info: RunInfo | None) -> str:
-        return "none" if info is None else f"{info.run_id} ({info.path})"
+        return "none" if info is None else f"{literal(info.run_id)} ({literal(info.path, 4096)})"
 
-    how = f"changes of each row's ratio to {REFERENCE} in its run ({c.why_ratios})" if c.ratios else "changes of absolute figures"
-    return f"[bold]{c.model}[/]: candidate {side(c.candidate)} vs baseline {side(c.baseline)}; {how}"
+    how = f"changes of each row's ratio to {REFERENCE} in its run ({literal(c.why_ratios)})" if c.ratios else "changes of absolute figures"
+    return f"[bold]{literal(c.model)}[/]: candidate {side(c.candidate)} vs baseline {side(c.baseline)}; {how}"
 
 
 def table(c: Comparison) -> Table:
@@ -611,7 +611,7 @@ def table(c: Comparison) -> Table:
             verdict += "" if row.candidate_status == "ok" else f" ({row.candidate_status})"
         elif not row.baseline_status == row.candidate_status == "ok":
             verdict += f" ({row.baseline_status} → {row.candidate_status or 'gone'})"
-        t.add_row(row.runner, *cells, distance, Text(verdict, style=VERDICT_STYLE.get(row.verdict, "dim")))
+        t.add_row(literal(row.runner), *cells, distance, Text(verdict, style=VERDICT_STYLE.get(row.verdict, "dim")))
     return t
 
 
@@ -627,10 +627,10 @@ def change_cell(row: RowReport, metric: Metric, kind: str | None, ratios: bool) 
 
 def finding_lines(c: Comparison) -> list[str]:
     marks = {"regression": "✗", "improvement": "↑", "new": "+", "note": "·"}
-    lines = [f"  [yellow]·[/] {note}" for note in c.notes]
+    lines = [f"  [yellow]·[/] {literal(note, 1000)}" for note in c.notes]
     for row in c.rows:
         for f in row.findings:
-            lines.append(f"  [{STYLE[f.kind]}]{marks[f.kind]} {f.kind}[/] {f.runner}: {f.message}")
+            lines.append(f"  [{STYLE[f.kind]}]{marks[f.kind]} {f.kind}[/] {literal(f.runner)}: {literal(f.message, 1000)}")
     return lines
 
 
@@ -638,7 +638,7 @@ def verdict(report: Report) -> str:
     """The one-line verdict."""
     regressions, improvements = report.findings("regression"), report.findings("improvement")
     if regressions:
-        listed = ", ".join(f"{f.runner} {f.label or f.subject}" for f in regressions[:6])
+        listed = ", ".join(literal(f"{f.runner} {f.label or f.subject}") for f in regressions[:6])
         more = f" and {len(regressions) - 6} more" if len(regressions) > 6 else ""
         return f"[bold red]FAIL[/]: {len(regressions)} regression(s): {listed}{more}"
     rows = sum(1 for c in report.comparisons for r in c.rows if r.verdict != "new")

@@ -25,7 +25,7 @@ from harness.site.context import machine_name
 from harness.validate import printable
 from harness.workload import PROFILES, get_profile
 from linnet_core.dtypes import NAMES as DTYPES
-from linnet_core.errors import UserError, run_cli
+from linnet_core.errors import UserError, literal, run_cli
 from runners import RUNNERS, get_runner
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Linnet Bench: time every stack the same way.")
@@ -101,7 +101,7 @@ def run(
             for settings in matrix(lambda: bool(nvml_handles())):
                 path = run_bench(settings, RichDisplay(chosen))
                 console.print(summary_table(load_result(path).rows))
-                console.print(f"result file: {path}")
+                console.print(f"result file: {literal(path, 4096)}", highlight=False)
             return
         with clusters.connected(cluster) as gpu:
             paths = clusters.run_cluster(matrix(lambda: gpu), tuple(accelerator_type or [None]), ClusterLines())
@@ -110,9 +110,9 @@ def run(
         raise typer.Exit(130)
     for path in paths:
         result = load_result(path)
-        console.print(f"[bold]{result.model}[/] on {machine_name(result)}")
+        console.print(f"[bold]{literal(result.model)}[/] on {literal(machine_name(result))}", highlight=False)
         console.print(summary_table(result.rows))
-        console.print(f"result file: {path}")
+        console.print(f"result file: {literal(path, 4096)}", highlight=False)
 
 
 @app.command()
@@ -165,7 +165,7 @@ def merge(
 
     merged = merge_runs([load_result(p) for p in runs])
     write_result(merged, out)
-    console.print(f"{len(runs)} run(s), {merged.protocol['trials']} trial(s): {out}")
+    console.print(f"{len(runs)} run(s), {merged.protocol['trials']} trial(s): {literal(out, 4096)}", highlight=False)
 
 
 @app.command("duet")
@@ -207,9 +207,9 @@ def duet_command(
     settings = BenchSettings(get_model(model), chosen, get_profile(profile), dtype, device, None, out, seed, timeout, 1)
     with tempfile.TemporaryDirectory(prefix="linnet-duet-") as scratch:
         paths, failures = run_duet(settings, (sides[0], sides[1]), pairs, Turns(seconds), Path(scratch), out,
-                                   lambda text: console.print(f"duet: {text}", highlight=False), row_seconds)  # fmt: skip
+                                   lambda text: console.print(f"duet: {literal(text, 1000)}", highlight=False), row_seconds)  # fmt: skip
     for name, path in paths.items():
-        console.print(f"{name}: {path}")
+        console.print(f"{name}: {literal(path, 4096)}", highlight=False)
     for failure in failures:
         console.print(f"failed: {printable(str(failure))[:400]}", highlight=False, markup=False)
     if any(f.side == "candidate" for f in failures):
@@ -225,10 +225,10 @@ def site_command(
     from harness.site import build_site
 
     def warn(message: str) -> None:
-        console.print(f"[yellow]warning:[/] {message}", highlight=False, soft_wrap=True)
+        console.print(f"[yellow]warning:[/] {literal(message, 1000)}", highlight=False, soft_wrap=True)
 
     pages = build_site(results, out, warn)
-    console.print(f"{len(pages)} page(s) written; open {pages[0]}")
+    console.print(f"{len(pages)} page(s) written; open {literal(pages[0], 4096)}", highlight=False)
 
 
 class RichDisplay(Display):
@@ -241,9 +241,11 @@ class RichDisplay(Display):
 
     def begin(self, result, path):
         console.print(
-            f"[bold]{result.model}[/] · {len(self.runners)} runner(s) · {result.protocol['trials']} trial(s) each, round robin · "
-            f"profile {result.protocol['profile']} · "
-            f"{result.protocol['dtype']} on {result.protocol['device']} · weights: {result.weights} · writing {path}"
+            f"[bold]{literal(result.model)}[/] · {len(self.runners)} runner(s) · {result.protocol['trials']} trial(s) each, "
+            f"round robin · profile {literal(result.protocol['profile'])} · "
+            f"{literal(result.protocol['dtype'])} on {literal(result.protocol['device'])} · weights: {literal(result.weights, 4096)} · "
+            f"writing {literal(path, 4096)}",
+            highlight=False,
         )
 
     def start(self, runner):
@@ -251,10 +253,10 @@ class RichDisplay(Display):
             self.bar.start()
         else:
             self.bar.remove_task(self.task)
-        self.task = self.bar.add_task(f"{runner.id}: starting")
+        self.task = self.bar.add_task(f"{literal(runner.id)}: starting")
 
     def progress(self, runner, text):
-        self.bar.update(self.task, description=f"{runner.id}: {text}")
+        self.bar.update(self.task, description=f"{literal(runner.id)}: {literal(text, 160)}")
 
     def finish(self, row):
         mark = {"ok": "[green]ok[/]", "skipped": "[yellow]skipped[/]", "failed": "[red]failed[/]"}[row.status]
@@ -266,14 +268,16 @@ class RichDisplay(Display):
         else:
             detail = row.reason or ""
         trials = f" (trial {m['trials']})" if row.status == "ok" and m.get("trials", 1) > 1 else ""
-        self.bar.console.print(f"{mark} {row.runner}{trials}: {detail.splitlines()[0][:160] if detail else ''}")
+        first = literal(detail.splitlines()[0], 160) if detail.strip() else ""
+        self.bar.console.print(f"{mark} {literal(row.runner)}{trials}: {first}", highlight=False)
 
 
 class ClusterLines(clusters.ClusterDisplay):
     """A cluster run's rows finish in any order on any machine: a line each, saying which; the tables close the run."""
 
     def begin(self, result, path):
-        console.print(f"[bold]{result.model}[/] · {result.protocol['dtype']} on {machine_name(result)} · writing {path}")
+        console.print(f"[bold]{literal(result.model)}[/] · {literal(result.protocol['dtype'])} on {literal(machine_name(result))} · "
+                      f"writing {literal(path, 4096)}", highlight=False)  # fmt: skip
 
     def finish(self, result, row):
         reason = f": {row.reason.splitlines()[0][:160]}" if row.reason else ""
@@ -312,7 +316,7 @@ def summary_table(rows: list[Row]) -> Table:
         speed, ttft = ("serving_tok_s", "serving_ttft_ms") if serving else ("decode_tok_s", "ttft_ms")
         flagged = flagged or bool(r.unstable)
         table.add_row(
-            r.runner,
+            literal(r.runner),
             r.status,
             with_interval(m, ttft, r.unstable),
             with_interval(m, speed, r.unstable),

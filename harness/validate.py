@@ -13,6 +13,8 @@ import math
 import re
 from typing import Any
 
+from linnet_core.errors import printable  # noqa: F401 (its home; harness code imports it from here too)
+
 TEXT_METRICS = {"mem_kind"}  # metrics that are words, not figures ("host" or "gpu" memory)
 FLAG_METRICS = {"mem_is_setting"}  # metrics that are true or false (the memory figure is a setting, not a need)
 # Zero is not a measurement of these: every speed (and its spread), and the medians of the times `check` judges.
@@ -147,11 +149,6 @@ def header_problem(data: dict) -> str | None:
 def valid_metrics(metrics: dict) -> dict:
     """The metrics without their invalid figures: what a page may show and rank."""
     return {k: v for k, v in metrics.items() if figure_problem(str(k), v) is None}
-
-
-def printable(text: str) -> str:
-    """text on one line: line breaks and other control characters as escapes."""
-    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
 def describe(value: Any) -> str:

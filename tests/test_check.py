@@ -809,3 +809,22 @@ def test_merge_keeps_the_worst_accuracy_of_the_repeats():
     bad = run(accurate(row(REFERENCE)), accurate(row("linnet-torch"), kl_mean=0.3, top1_agree=0.7), run_id="r2")
     best = {r.runner: r for r in merge_runs([good, bad]).rows}["linnet-torch"]
     assert best.kl_mean == 0.3 and best.top1_agree == 0.7 and best.kl_p99 == 5e-11
+
+
+# ---- hostile text (issue 31) ----------------------------------------------------------------------------------------
+
+
+def test_markup_in_runner_ids_run_ids_reasons_and_paths_is_printed_as_written(tmp_path):
+    """A "[/]" or "[/x]" from a file or a path raised rich's MarkupError, so check crashed instead of giving a verdict,
+    and "[old]" in a path was taken for a style."""
+    hostile = "[/x]odd[/]"
+    base = run(*baseline_rows(), row(hostile, decode=50.0), row("[/]", status="failed"), run_id="[/]base")
+    cand = run(*baseline_rows(), row(hostile, decode=10.0), row("[/]", status="failed"), run_id="[/x]cand")
+    folder = tmp_path / "[old]"
+    write_result(base, folder / "base.json")
+    write_result(cand, folder / "cand.json")
+    out = cli("check", folder / "cand.json", "--baseline", folder / "base.json")
+    assert out.returncode == 1 and "Traceback" not in out.stderr, out.stdout + out.stderr
+    text = " ".join(out.stdout.split())
+    assert f"{hostile}: decode" in text and "[/x]cand" in text and str(folder / "cand.json") in text, out.stdout
+    assert out.stdout.strip().splitlines()[-1] == f"FAIL: 1 regression(s): {hostile} decode"

@@ -75,3 +75,31 @@ def test_the_closing_table_is_readable_at_80_columns():
     console.print(summary_table(measured.rows))
     text = console.export_text()
     assert "…" not in text and all(len(line) <= 80 for line in text.splitlines()), text
+
+
+def test_the_run_display_prints_markup_from_paths_and_rows_as_written(tmp_path, monkeypatch):
+    """`run --out` or `--weights` with "[/]" in it crashed after writing an empty result file; a runner id or a
+    reason with "[/x]" crashed at the row's line."""
+    from rich.console import Console
+
+    import harness.cli as cli_module
+    from harness.results import ResultFile, Row
+    from runners import RUNNERS
+
+    console = Console(width=400, record=True)
+    monkeypatch.setattr(cli_module, "console", console)
+    result = ResultFile(schema_version=2, model="qwen2-tiny", run_id="r", created_at="2026-12-04T00:00:00+00:00",
+                        machine={}, workload={}, protocol={"trials": 1, "profile": "quick", "dtype": "f32", "device": "cpu"},
+                        weights="/ckpt/[/]weights")  # fmt: skip
+    display = cli_module.RichDisplay((RUNNERS["transformers"],))
+    display.bar = cli_module.Progress(console=console)
+    display.begin(result, tmp_path / "[old]" / "[/x].json")
+    rows = [Row(runner="[/x]r", label="x", group="PyTorch", status="failed", reason="[/] boom\nmore"),
+            Row(runner="[bold]b", label="y", group="PyTorch", status="ok", metrics={"decode_tok_s": 5.0})]  # fmt: skip
+    for r in rows:
+        display.finish(r)
+    console.print(cli_module.summary_table(rows))
+    text = console.export_text()
+    assert "weights: /ckpt/[/]weights" in text and f"writing {tmp_path / '[old]' / '[/x].json'}" in text, text
+    assert "failed [/x]r: [/] boom" in text and "ok [bold]b: 5.0 tok/s" in text, text
+    assert "[/x]r " in text.split("runner", 1)[1] and "[bold]b " in text.split("runner", 1)[1], text

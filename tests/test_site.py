@@ -745,3 +745,17 @@ def test_the_page_says_what_the_probe_was(tmp_path):
     assert "The probe: 288 random token ids" in model_tree(render(tmp_path / "old", old), "qwen2-tiny").root.text()
     older = tiny_run("20261202T100000Z", decode=100.0)  # from before the file recorded the probe's length too
     assert "The probe: random token ids." in model_tree(render(tmp_path / "older", older), "qwen2-tiny").root.text()
+
+
+def test_a_warning_about_a_file_whose_path_or_text_looks_like_markup_is_printed_as_written(tmp_path):
+    """One file holding "[/]" raised rich's MarkupError and aborted the whole site; "[old]" in its path vanished."""
+    write_result(tiny_run("20261202T100000Z", decode=100.0), tmp_path / "results" / "qwen2-tiny" / "good.json")
+    bad = tmp_path / "results" / "[old]" / "[bold]bad.json"
+    bad.parent.mkdir(parents=True)
+    bad.write_text('{"schema_version": 1, "model": "[/]"}')
+    cli = [sys.executable, "-m", "harness.cli", "site", "--results", str(tmp_path / "results"), "--out", str(tmp_path / "out")]
+    done = subprocess.run(cli, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and "Traceback" not in done.stderr, done.stdout + done.stderr
+    warning = [line for line in done.stdout.splitlines() if line.startswith("warning:")]
+    assert len(warning) == 1 and str(bad) in warning[0] and "'[/]'" in warning[0], done.stdout
+    assert (tmp_path / "out" / "models" / "qwen2-tiny.html").exists()

@@ -18,7 +18,7 @@ from harness.results import SCHEMA_VERSION, ResultFile, Row, write_result
 from harness.trials import combine_trials
 from harness.validate import invalid_figures
 from harness.workload import PROBE_PREFILL, PROBE_TOKENS, Profile, probe_for, probe_source, prompt_ids
-from linnet_core.checkpoint import synthetic_recipe
+from linnet_core.checkpoint import check_seed, synthetic_recipe
 from runners import REFERENCE, RunnerInfo
 from runners.base import RunSpec
 
@@ -38,6 +38,9 @@ class BenchSettings:
     timeout_s: float | None = None  # per runner; the profile's when None
     trials: int | None = None  # K: fresh processes per row, round robin; the profile's defaults when None
     peer_duet_s: float = 0.0  # > 0: after the trials, time each Linnet row in turns with its peer (harness/duet.py)
+
+    def __post_init__(self) -> None:
+        check_seed(self.seed)  # before any file is written: a seed the generators refuse fails the run's first row
 
 
 class Display:

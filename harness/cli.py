@@ -24,6 +24,7 @@ from harness.results import Row, load_result, write_result
 from harness.site.context import machine_name
 from harness.validate import printable
 from harness.workload import PROFILES, get_profile
+from linnet_core.checkpoint import check_seed
 from linnet_core.dtypes import NAMES as DTYPES
 from linnet_core.errors import UserError, literal, run_cli
 from runners import RUNNERS, get_runner
@@ -70,6 +71,7 @@ def run(
     (per model and machine on a cluster)."""
     if timeout is not None and not (math.isfinite(timeout) and timeout > 0):
         raise UserError(f"--timeout {timeout}: give a number of seconds above 0, e.g. --timeout 600")
+    check_seed(seed)
     entries = [get_model(m) for m in model]
     for d in device or ():
         if d not in ("cpu", "cuda"):
@@ -192,6 +194,7 @@ def duet_command(
 
     if timeout is not None and not (math.isfinite(timeout) and timeout > 0):
         raise UserError(f"--timeout {timeout}: give a number of seconds above 0, e.g. --timeout 600")
+    check_seed(seed)
     if device not in ("cpu", "cuda"):
         raise UserError(f"unknown device {device!r}; use cpu or cuda")
     if dtype not in DTYPES:

@@ -77,7 +77,10 @@ class ResultFile(BaseModel):
 
 
 def write_result(result: ResultFile, path: Path) -> None:
-    """Writes atomically: a reader sees the old file or the new one, never half of one."""
+    """Writes atomically: a reader sees the old file or the new one, never half of one; and only a file that
+    load_result reads back (a header field of the wrong type or range is a one-line error, nothing written)."""
+    if problem := header_problem(result.model_dump(mode="json")):
+        raise UserError(f"{path}: not written: {problem}")
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:

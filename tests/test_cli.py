@@ -28,6 +28,8 @@ def test_models_lists_both():
         (["run", "qwen2-tiny", "--profile", "huge"], "unknown profile 'huge'; known profiles: default"),
         (["run", "qwen2-tiny", "--dtype", "f8"], "unknown dtype 'f8'"),
         (["run", "qwen2-tiny", "--weights", "/nonexistent/ckpt"], "/nonexistent/ckpt/config.json: no config.json"),
+        (["run", "qwen2-tiny", "--seed", "-1"], "--seed -1: give a whole number from 0 to 4294967295"),
+        (["run", "qwen2-tiny", "--seed", "99999999999999999999999"], "--seed 99999999999999999999999: give a whole number"),
     ],
 )
 def test_bad_input_is_one_line(args, message, tmp_path):

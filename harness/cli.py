@@ -79,7 +79,7 @@ def run(
     for d in dtype or ():
         if d not in DTYPES:
             raise UserError(f"unknown dtype {d!r}; use one of {', '.join(DTYPES)}")
-    chosen = tuple(get_runner(r) for r in runner) if runner else tuple(RUNNERS.values())
+    chosen = tuple(dict.fromkeys(get_runner(r) for r in runner)) if runner else tuple(RUNNERS.values())  # one row each
     if profile is not None:
         get_profile(profile)
     if peer_duets and cluster is not None:

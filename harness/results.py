@@ -118,7 +118,7 @@ def load_result(path: Path) -> ResultFile:
     if not isinstance(data, dict) or "schema_version" not in data:
         raise UserError(f"{path}: not a result file (no schema_version)")
     version = data["schema_version"]
-    if version not in READABLE_VERSIONS:
+    if type(version) is not int or version not in READABLE_VERSIONS:  # 2.0 and true equal 2 and 1
         raise UserError(
             f"{path}: result schema version {repr(version)[:20]} is not known to this Linnet Bench (it reads versions "
             f"{', '.join(map(str, READABLE_VERSIONS))}); re-run `linnet-bench run {model_named(data)}` "

@@ -828,3 +828,30 @@ def test_markup_in_runner_ids_run_ids_reasons_and_paths_is_printed_as_written(tm
     text = " ".join(out.stdout.split())
     assert f"{hostile}: decode" in text and "[/x]cand" in text and str(folder / "cand.json") in text, out.stdout
     assert out.stdout.strip().splitlines()[-1] == f"FAIL: 1 regression(s): {hostile} decode"
+
+
+def test_two_rows_of_one_runner_are_an_error_not_a_pass(tmp_path):
+    """A failed copy of a row and then an ok one passed: which of them was judged depended on the order."""
+    candidate = run(row("transformers-compiled", status="failed"), *baseline_rows())
+    with pytest.raises(UserError, match=r"rows 0 and 2 are both a str 'transformers-compiled'.*one row per runner"):
+        compare(tmp_path, candidate)
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "says"),
+    [("schema_version", 2.0, "schema version 2.0 is not known"), ("schema_version", True, "schema version True"),
+     ("created_at", "not a date", "created_at is a str 'not a date', not an ISO 8601 time"),
+     ("run_id", "r" * 5_000_000, "run_id is a str 'rrrr"), ("run_id", "r\nsecond line", "run_id"),
+     ("label", "L" * 5_000_000, "rows.0.label is a str 'LLL"), ("runner", "x\ny", "rows.0.runner")],
+)  # fmt: skip
+def test_header_and_row_fields_are_checked_by_type_and_size(tmp_path, field, value, says):
+    write_result(run(*baseline_rows()), tmp_path / "base.json")
+    data = json.loads((tmp_path / "base.json").read_text())
+    if field in ("label", "runner"):
+        data["rows"][0][field] = value
+    else:
+        data[field] = value
+    (tmp_path / "bad.json").write_text(json.dumps(data))
+    out = cli("check", tmp_path / "bad.json", "--baseline", tmp_path / "base.json")
+    assert out.returncode == 1 and "Traceback" not in out.stderr, out.stderr[-2000:]
+    assert len(out.stdout.strip().splitlines()) == 1 and says in out.stdout and len(out.stdout) < 1000, out.stdout[:2000]

@@ -408,7 +408,8 @@ def test_the_cli_renders_and_refuses_a_missing_directory_in_one_line(tmp_path):
 def test_a_model_id_that_is_not_a_plain_name_is_skipped(tmp_path):
     result = tiny_run("20261202T100000Z", decode=100.0)
     result.model = "../../outside"
-    write_result(result, tmp_path / "results" / "qwen2-tiny" / "r.json")
+    (tmp_path / "results" / "qwen2-tiny").mkdir(parents=True)
+    (tmp_path / "results" / "qwen2-tiny" / "r.json").write_text(result.model_dump_json())  # write_result refuses it
     warnings = []
     build_site(tmp_path / "results", tmp_path / "site", warnings.append)
     assert len(warnings) == 1 and "r.json" in warnings[0] and "not a model id" in warnings[0]
@@ -435,7 +436,8 @@ def test_bad_files_are_skipped_with_a_warning_naming_them_and_the_rest_renders(t
     (tmp_path / "results" / "qwen2-tiny" / "folder.json").mkdir()
     long = tiny_run("20261202T100000Z", decode=100.0)
     long.model = "m" * 300
-    write_result(long, tmp_path / "results" / "long" / "long-model.json")
+    (tmp_path / "results" / "long").mkdir()
+    (tmp_path / "results" / "long" / "long-model.json").write_text(long.model_dump_json())  # write_result refuses it
     warnings = []
     build_site(tmp_path / "results", tmp_path / "site", warnings.append)
     for name in [*BAD_FILES, "folder.json", "long-model.json"]:

@@ -103,6 +103,8 @@ def model_named(data: dict) -> str:
 def load_result(path: Path) -> ResultFile:
     """Reads one result file; a one-line error for a malformed file or a schema version this code does not know."""
     path = Path(path)
+    if path.exists() and not (path.is_file() or path.is_dir()):  # reading a FIFO would wait for a writer forever
+        raise UserError(f"{path}: not a regular file (a FIFO, socket or device); a result file is a plain file")
     try:
         data = json.loads(path.read_text())
     except FileNotFoundError:

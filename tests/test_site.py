@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import html
 import json
+import os
 import re
 import subprocess
 import sys
@@ -761,3 +762,15 @@ def test_a_warning_about_a_file_whose_path_or_text_looks_like_markup_is_printed_
     warning = [line for line in done.stdout.splitlines() if line.startswith("warning:")]
     assert len(warning) == 1 and str(bad) in warning[0] and "'[/]'" in warning[0], done.stdout
     assert (tmp_path / "out" / "models" / "qwen2-tiny.html").exists()
+
+
+def test_a_fifo_among_the_result_files_is_skipped_with_a_warning_not_waited_on(tmp_path):
+    """Reading a FIFO named like a result file waits for a writer forever: `site` hung."""
+    write_result(tiny_run("20261202T100000Z", decode=100.0), tmp_path / "results" / "qwen2-tiny" / "good.json")
+    os.mkfifo(tmp_path / "results" / "qwen2-tiny" / "pipe.json")
+    cli = [sys.executable, "-m", "harness.cli", "site", "--results", str(tmp_path / "results"), "--out", str(tmp_path / "out")]
+    done = subprocess.run(cli, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and "Traceback" not in done.stderr, done.stdout + done.stderr
+    warning = [line for line in done.stdout.splitlines() if line.startswith("warning:")]
+    assert len(warning) == 1 and "pipe.json: not a regular file" in warning[0], done.stdout
+    assert "100 tok/s" in (tmp_path / "out" / "models" / "qwen2-tiny.html").read_text()

@@ -81,8 +81,11 @@ def write_result(result: ResultFile, path: Path) -> None:
     load_result reads back (a header field of the wrong type or range is a one-line error, nothing written)."""
     if problem := header_problem(result.model_dump(mode="json")):
         raise UserError(f"{path}: not written: {problem}")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    except OSError as e:  # a file where a folder of the path should be, no permission, a full disk
+        raise UserError(f"{path}: cannot be written ({e.strerror or e}); give a writable directory") from None
     try:
         with os.fdopen(fd, "w") as f:
             f.write(result.model_dump_json(indent=2))

@@ -27,6 +27,15 @@ INITIALIZER_RANGE = 0.02  # a trained twin's starting linear and embedding weigh
 MAX_SEED = 2**32 - 1
 
 
+def resolved(path: Path, flag: str) -> Path:
+    """The absolute path without symlinks; a one-line error for a symlink loop (a RuntimeError before Python 3.13,
+    an OSError since) or a path that cannot be followed."""
+    try:
+        return path.resolve()
+    except (RuntimeError, OSError) as e:
+        raise UserError(f"{flag} {path}: cannot be followed ({getattr(e, 'strerror', None) or e})") from None
+
+
 def check_seed(seed: int) -> None:
     """A one-line error for a --seed the generators cannot take."""
     if not 0 <= seed <= MAX_SEED:

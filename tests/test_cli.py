@@ -105,3 +105,17 @@ def test_the_run_display_prints_markup_from_paths_and_rows_as_written(tmp_path, 
     assert "weights: /ckpt/[/]weights" in text and f"writing {tmp_path / '[old]' / '[/x].json'}" in text, text
     assert "failed [/x]r: [/] boom" in text and "ok [bold]b: 5.0 tok/s" in text, text
     assert "[/x]r " in text.split("runner", 1)[1] and "[bold]b " in text.split("runner", 1)[1], text
+
+
+def test_a_weights_symlink_loop_and_an_out_under_a_file_are_one_line_errors(tmp_path):
+    (tmp_path / "loop").symlink_to(tmp_path / "loop")
+    (tmp_path / "file").write_text("not a directory")
+    for args, message in (
+        (["--weights", tmp_path / "loop", "--out", tmp_path / "results"], f"--weights {tmp_path / 'loop'}: cannot be followed"),
+        (["--runner", "transformers", "--out", tmp_path / "file" / "results"], "cannot be written (Not a directory)"),
+    ):  # fmt: skip
+        out = cli("run", "qwen2-tiny", *map(str, args))
+        assert out.returncode == 1 and "Traceback" not in out.stderr, out.stderr[-2000:]
+        lines = out.stdout.strip().splitlines()
+        assert len(lines) == 1 and message in lines[0], out.stdout
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["file", "loop"]

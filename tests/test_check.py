@@ -477,7 +477,7 @@ def test_merge_makes_one_run_of_single_trial_runs(tmp_path):
     broken.rows[1] = row("linnet-torch", status="failed")
     assert merge_runs([trials[0], broken]).rows[1].status == "failed"
     v1 = trials[0].model_copy(update={"schema_version": 1, "rows": [r.model_copy(update={"samples": {}}) for r in trials[0].rows]})
-    from_v1 = merge_runs([v1, v1]).rows[1]
+    from_v1 = merge_runs([v1, v1.model_copy(update={"run_id": "t0-again"})]).rows[1]
     assert from_v1.samples["decode_tok_s"] == [[v1.rows[1].metrics["decode_tok_s"]]] * 2  # a median per file
 
 
@@ -765,12 +765,25 @@ def test_a_directory_named_like_a_result_file_is_skipped_in_directory_mode(tmp_p
     assert check(tmp_path / "runs", tmp_path / "runs" / "base.json").passed
 
 
-def test_merge_keeps_a_repeat_with_an_invalid_figure_so_that_check_fails_it(tmp_path):
+def test_merge_refuses_a_run_with_an_invalid_figure_and_a_run_given_twice(tmp_path):
+    """merge exited 0 on a file with NaN figures, and counted one file given twice as two trials (a narrower interval
+    than the data supports); --out under a file was a traceback."""
+    good = run(row(REFERENCE), row("transformers-compiled", decode=30.0), run_id="a")
     broken = run(row(REFERENCE), row("transformers-compiled", decode=float("nan")), run_id="b")
-    best = merge_runs([run(row(REFERENCE), row("transformers-compiled", decode=30.0), run_id="a"), broken])
-    assert math.isnan(best.rows[1].metrics["decode_tok_s"])
-    write_raw(tmp_path / "best.json", best)
-    assert ("transformers-compiled", "figures") in regressions(check(tmp_path / "best.json", tmp_path / "best.json"))
+    with pytest.raises(UserError, match=r"run 'b', row transformers-compiled: invalid figure \(decode_tok_s is nan"):
+        merge_runs([good, broken])
+    with pytest.raises(UserError, match="run 'a' is given twice"):
+        merge_runs([good, good.model_copy(deep=True)])
+    write_result(good, tmp_path / "a.json")
+    write_raw(tmp_path / "b.json", broken)
+    (tmp_path / "file").write_text("not a directory")
+    for args, says in (([tmp_path / "a.json", tmp_path / "b.json", "--out", tmp_path / "m.json"], "invalid figure"),
+                       ([tmp_path / "a.json", tmp_path / "a.json", "--out", tmp_path / "m.json"], "given twice"),
+                       ([tmp_path / "a.json", "--out", tmp_path / "file" / "m.json"], "cannot be written")):  # fmt: skip
+        out = cli("merge", *args)
+        assert out.returncode == 1 and "Traceback" not in out.stderr, out.stderr[-2000:]
+        assert len(out.stdout.strip().splitlines()) == 1 and says in out.stdout, out.stdout
+    assert not (tmp_path / "m.json").exists()
 
 
 def accurate(r: Row, kl_mean=1e-11, kl_p99=5e-11, top1_agree=1.0) -> Row:

@@ -327,6 +327,8 @@ def trial_metrics(record: dict, outcome: launch.ChildOutcome) -> dict:
     else:
         metrics.update(peak_mem_gib=outcome.peak_rss_bytes / GIB, mem_kind="host")
     metrics["child_s"] = outcome.seconds
+    if outcome.other_cpu_share is not None:
+        metrics["other_cpu_share"] = outcome.other_cpu_share  # a busy machine is named (memory.busy_note)
     return metrics
 
 

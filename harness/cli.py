@@ -18,7 +18,7 @@ from harness import check as checks
 from harness import cluster as clusters
 from harness import stats
 from harness.bench import BenchSettings, Display, run_bench
-from harness.memory import nvml_handles
+from harness.memory import busy_note, nvml_handles
 from harness.registry import MODELS, get_model
 from harness.results import Row, load_result, write_result
 from harness.site.context import machine_name
@@ -327,8 +327,9 @@ def summary_table(rows: list[Row]) -> Table:
             short(m.get("peak_mem_gib")),
             "–" if r.distance is None else f"{r.distance:.2g}",
         )
-    if flagged:
-        table.caption = f"! unstable: its trials' medians differ by more than {stats.UNSTABLE_CV:.0%} (std/mean)"
+    caption = [f"! unstable: its trials' medians differ by more than {stats.UNSTABLE_CV:.0%} (std/mean)"] if flagged else []
+    caption += [f"{literal(r.runner)}: {note}" for r in rows if (note := busy_note(r.metrics))]
+    table.caption = "\n".join(caption) or None
     return table
 
 

@@ -16,6 +16,9 @@ PER_TRIAL = ("load_s", "first_call_s", "peak_mem_gib")
 SAMPLED = ("decode_tok_s", "ttft_ms", "serving_tok_s", "serving_ttft_ms")
 # The headline figures whose disagreement between trials flags a row as unstable.
 UNSTABLE_METRICS = SAMPLED
+# Figures whose trials' mean is the row's: the other processes' CPU share over all of its trials (one busy trial of
+# three shows, where the median would hide it).
+MEAN_OVER_TRIALS = ("other_cpu_share",)
 
 
 def combine_trials(metrics: list[dict], samples: list[dict]) -> tuple[dict, dict, list[str]]:
@@ -28,6 +31,8 @@ def combine_trials(metrics: list[dict], samples: list[dict]) -> tuple[dict, dict
         numeric = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values)
         if not numeric or all(v == values[0] for v in values):
             out[key] = values[0]
+        elif key in MEAN_OVER_TRIALS:
+            out[key] = statistics.fmean(values)
         else:
             out[key] = min(values) if key.endswith("_min") else max(values) if key.endswith("_max") else statistics.median(values)
     names = dict.fromkeys(n for s in samples for n in s)

@@ -119,3 +119,18 @@ def test_a_weights_symlink_loop_and_an_out_under_a_file_are_one_line_errors(tmp_
         lines = out.stdout.strip().splitlines()
         assert len(lines) == 1 and message in lines[0], out.stdout
     assert sorted(p.name for p in tmp_path.iterdir()) == ["file", "loop"]
+
+
+def test_the_closing_table_names_a_row_measured_on_a_busy_machine():
+    from rich.console import Console
+
+    from harness.cli import summary_table
+    from harness.results import Row
+
+    rows = [Row(runner=r, label=r, group="PyTorch", status="ok", metrics={"decode_tok_s": 100.0, "other_cpu_share": share})
+            for r, share in (("linnet-torch", 0.37), ("transformers", 0.04))]  # fmt: skip
+    console = Console(width=80, record=True)
+    console.print(summary_table(rows))
+    text = console.export_text()
+    assert "linnet-torch: measured while other processes used 37% of the cores" in " ".join(text.split()), text
+    assert "transformers: measured" not in text and all(len(line) <= 80 for line in text.splitlines())

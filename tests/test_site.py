@@ -774,3 +774,12 @@ def test_a_fifo_among_the_result_files_is_skipped_with_a_warning_not_waited_on(t
     warning = [line for line in done.stdout.splitlines() if line.startswith("warning:")]
     assert len(warning) == 1 and "pipe.json: not a regular file" in warning[0], done.stdout
     assert "100 tok/s" in (tmp_path / "out" / "models" / "qwen2-tiny.html").read_text()
+
+
+def test_a_row_measured_while_other_processes_held_the_cores_says_so(tmp_path):
+    result = tiny_run("20261202T100000Z", decode=100.0)
+    result.rows[0].metrics["other_cpu_share"] = 0.52
+    result.rows[1].metrics["other_cpu_share"] = 0.03
+    text = Tree((render(tmp_path, result) / "models" / "qwen2-tiny.html").read_text()).root.text()
+    assert text.count("measured while other processes used 52% of the cores") == 1, text
+    assert "3% of the cores" not in text

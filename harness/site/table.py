@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from harness.memory import busy_note
 from harness.results import ResultFile, Row
 from harness.site import numbers
 from harness.stats import UNSTABLE_CV
@@ -73,7 +74,7 @@ def table_row(row: Row, result: ResultFile) -> tuple[Cell, ...]:
         Cell(comparison.against_text if comparison else ""),
         Cell(distance),
         *accuracy_cells(row, result),
-        Cell("; ".join(row.notes)),
+        Cell("; ".join([*row.notes, *filter(None, [busy_note(row.metrics)])])),
     )
 
 

@@ -82,14 +82,17 @@ def write_result(result: ResultFile, path: Path) -> None:
     if problem := header_problem(result.model_dump(mode="json")):
         raise UserError(f"{path}: not written: {problem}")
     try:
+        text = result.model_dump_json(indent=2) + "\n"
+    except ValueError as e:  # pydantic's serialization error: a lone surrogate has no UTF-8
+        raise UserError(f"{path}: not written: {printable(str(e))[:200]}") from None
+    try:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     except OSError as e:  # a file where a folder of the path should be, no permission, a full disk
         raise UserError(f"{path}: cannot be written ({e.strerror or e}); give a writable directory") from None
     try:
         with os.fdopen(fd, "w") as f:
-            f.write(result.model_dump_json(indent=2))
-            f.write("\n")
+            f.write(text)
         os.chmod(tmp, 0o644)  # mkstemp makes it private; a result file is for everyone to read
         os.replace(tmp, path)
     except BaseException:
@@ -109,7 +112,10 @@ def load_result(path: Path) -> ResultFile:
     if path.exists() and not (path.is_file() or path.is_dir()):  # reading a FIFO would wait for a writer forever
         raise UserError(f"{path}: not a regular file (a FIFO, socket or device); a result file is a plain file")
     try:
-        data = json.loads(path.read_text())
+        text = path.read_text()
+        data = json.loads(text)
+        if "\\u" in text:  # an escape may be a lone surrogate ("\ud800"): valid JSON, but no text (UTF-8 has none)
+            json.dumps(data, ensure_ascii=False).encode("utf-8")
     except FileNotFoundError:
         raise UserError(f"{path}: no such result file") from None
     except IsADirectoryError:
@@ -118,6 +124,8 @@ def load_result(path: Path) -> ResultFile:
         raise UserError(f"{path}: cannot be read ({e.strerror})") from None
     except RecursionError:
         raise UserError(f"{path}: not a result file (JSON nested too deep)") from None
+    except UnicodeEncodeError:
+        raise UserError(f"{path}: not a result file (a lone surrogate escape, e.g. \\ud800: not Unicode text)") from None
     except (ValueError, UnicodeDecodeError) as e:  # JSONDecodeError, or an integer of more than 4300 digits
         raise UserError(f"{path}: not a JSON result file ({str(e).splitlines()[0][:200]})") from None
     if not isinstance(data, dict) or "schema_version" not in data:

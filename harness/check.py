@@ -544,7 +544,9 @@ def judge_interval(report: RowReport, metric: Metric, cand: stats.Trials, base: 
                   else f"over 100 {unit_word} a side would be needed")  # fmt: skip
         message = f"{change}: unclear, the {how} reaches across {threshold:.0%} ({trials}; {decide})"
     else:
-        message = f"{change}; the {how} lies beyond {threshold:.0%} ({trials})"
+        worse = verdict == "regression"
+        word = ("larger" if worse else "smaller") if metric.memory else ("slower" if worse else "faster")
+        message = f"{change}: {word}, the {how} lies beyond {threshold:.0%} ({trials})"
     report.findings.append(Finding(report.runner, verdict, metric.name, message, metric.label, b, c, middle - 1))
 
 

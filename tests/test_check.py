@@ -411,7 +411,7 @@ def test_the_issues_planted_30_percent_drop_passed_the_min_max_rule_and_fails_th
     low, high = new.comparisons[0].rows[1].intervals["decode_tok_s"]
     assert low < 0.7 < high < 0.95
     (finding,) = new.findings("regression")
-    assert "95% interval of candidate/baseline" in finding.message and finding.change == pytest.approx(-0.3)
+    assert "(-30%): slower, the 95% interval of candidate/baseline" in finding.message and finding.change == pytest.approx(-0.3)
 
 
 def test_the_same_code_measured_again_passes_by_the_interval_rule(tmp_path):

@@ -81,7 +81,7 @@ def own_cpu_seconds() -> float:
 class MemorySampler:
     """Samples a process tree every few ms on a thread; keeps the peaks. Between entering and leaving (the child
     having been waited for by then), it also measures what share of the machine's cores processes other than this
-    one and its children used: other_cpu_share, None when too short to tell."""
+    one, the child and the child's descendants used: other_cpu_share, None when too short to tell."""
 
     def __init__(self, pid: int):
         self.process = psutil.Process(pid)
@@ -89,6 +89,7 @@ class MemorySampler:
         self.peak_rss = 0
         self.peak_gpu = 0
         self.other_cpu_share: float | None = None
+        self._descendants_cpu: dict[int, float] = {}  # pid -> CPU seconds last seen, below the child
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, daemon=True)
 
@@ -103,8 +104,20 @@ class MemorySampler:
         start, busy, own = self._cpu_start
         wall = time.monotonic() - start
         if wall > 0.1:  # /proc/stat counts in ticks of 10 ms: a shorter window says nothing
-            others = (machine_busy_seconds() - busy) - (own_cpu_seconds() - own)
+            # the descendants the child waited for are in its own times too: counted twice, they only make the
+            # share of others too low, never a quiet machine look busy
+            others = (machine_busy_seconds() - busy) - (own_cpu_seconds() - own) - sum(self._descendants_cpu.values())
             self.other_cpu_share = min(1.0, max(0.0, others / (wall * (psutil.cpu_count() or 1))))
+
+    def _note_descendants_cpu(self, descendants: list) -> None:
+        """The CPU seconds each of the child's descendants has used so far: one that exits without the child waiting
+        for it (a pool worker reparented to init) is then still counted as the run's own, not as another process's."""
+        for p in descendants:
+            try:
+                t = p.cpu_times()
+                self._descendants_cpu[p.pid] = t.user + t.system
+            except (psutil.NoSuchProcess, psutil.AccessDenied):
+                pass
 
     def _loop(self) -> None:
         tree, listed_at = [self.process], 0.0
@@ -112,6 +125,7 @@ class MemorySampler:
             try:
                 if time.monotonic() - listed_at > TREE_EVERY_S:
                     tree, listed_at = [self.process, *self.process.children(recursive=True)], time.monotonic()
+                    self._note_descendants_cpu(tree[1:])
                 rss = sum(p.memory_info().rss for p in tree if p.is_running())
                 self.peak_rss = max(self.peak_rss, rss)
                 if self.handles:

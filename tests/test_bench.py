@@ -194,6 +194,18 @@ def test_the_sampler_counts_other_processes_cpu_and_not_the_run_s_own():
     assert others >= 0.8 * hog_seconds and hog_seconds > 0.3, (others, hog_seconds, wall)  # the spinning process
     assert others <= machine_seconds - 1.3, (others, machine_seconds)  # not the child's 1.5 s
 
+    # a grandchild the child never waits for (reparented to init when the child exits) is the run's own too
+    orphaning = ("import subprocess, sys, time\n"
+                 f"subprocess.Popen([sys.executable, '-c', {spin.format(1.5)!r}])\n"
+                 "time.sleep(2.5)")  # fmt: skip
+    before_machine = machine_busy_seconds()
+    child = subprocess.Popen([sys.executable, "-c", orphaning])
+    with MemorySampler(child.pid) as sampler:
+        child.wait()
+        wall = time.monotonic() - sampler._cpu_start[0]
+    machine_seconds = machine_busy_seconds() - before_machine
+    assert sampler.other_cpu_share * wall * cores <= machine_seconds - 1.0, (sampler.other_cpu_share, machine_seconds)
+
 
 # ---- signals and bad options ----------------------------------------------------------------------------------------
 

@@ -19,7 +19,7 @@ from harness.results import SCHEMA_VERSION, ResultFile, Row, write_result
 from harness.trials import combine_trials
 from harness.validate import invalid_figures
 from harness.workload import PROBE_PREFILL, PROBE_TOKENS, Profile, probe_for, probe_source, prompt_ids
-from linnet_core.checkpoint import synthetic_recipe
+from linnet_core.checkpoint import check_seed, synthetic_recipe
 from runners import REFERENCE, TRUTH, RunnerInfo, get_runner
 from runners.base import RunSpec
 
@@ -45,6 +45,9 @@ class BenchSettings:
     @property
     def timed_runs(self) -> int:
         return self.runs or self.profile.runs
+
+    def __post_init__(self) -> None:
+        check_seed(self.seed)  # before any file is written: a seed the generators refuse fails the run's first row
 
 
 class Display:
@@ -434,6 +437,8 @@ def trial_metrics(record: dict, outcome: launch.ChildOutcome) -> dict:
     else:
         metrics.update(peak_mem_gib=outcome.peak_rss_bytes / GIB, mem_kind="host")
     metrics["child_s"] = outcome.seconds
+    if outcome.other_cpu_share is not None:
+        metrics["other_cpu_share"] = outcome.other_cpu_share  # a busy machine is named (memory.busy_note)
     return metrics
 
 

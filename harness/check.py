@@ -15,7 +15,11 @@ A row regressed when, against the baseline:
 - a figure of it in either run is invalid (harness/validate.py: NaN, infinite, a zero or negative speed, not a
   number): such a row is never compared, and a reference figure that is invalid fails the ratio comparison.
 Improvements are the same test the other way and are reported (an out-of-date baseline is worth knowing); rows only
-the candidate has are reported as new and not judged.
+the candidate has are reported as new and not judged. A metric is the same only when its interval lies wholly within
+the threshold band (stats.judge); an interval across an edge of it, a change beyond the threshold within the runs'
+spreads, or one value a side within SINGLE_VALUE_THRESHOLD is **unclear**, with about how many trials a side would
+likely decide. The policy, for `check` and the gate alike: unclear is not a failure (it would fail unchanged code
+measured too few times) but is named in the verdict line and counted in the JSON report.
 
 When the runs come from different machines (or when asked), each figure and its spread are first divided by the
 median of the same figure of the in-run reference row (runners.REFERENCE), so that what is compared is a row's
@@ -37,7 +41,7 @@ from harness import stats
 from harness.registry import MODELS
 from harness.results import ResultFile, Row, load_result
 from harness.validate import invalid_figures, is_number
-from linnet_core.errors import UserError
+from linnet_core.errors import UserError, literal
 from runners import REFERENCE, RUNNERS
 
 
@@ -186,7 +190,7 @@ class Span:
 @dataclass(frozen=True)
 class Finding:
     runner: str
-    kind: str  # "regression" | "improvement" | "new" | "note"
+    kind: str  # "regression" | "improvement" | "unclear" (the data cannot tell; not a failure) | "new" | "note"
     subject: str  # a metric name, "distance", "status" or "row"
     message: str  # one line for a person
     label: str = ""  # a few words for the verdict line, e.g. "decode", "vanished"; the subject when empty
@@ -209,7 +213,8 @@ class RowReport:
     @property
     def verdict(self) -> str:
         kinds = {f.kind for f in self.findings}
-        for kind, verdict in (("regression", "regressed"), ("new", "new"), ("improvement", "improved")):
+        for kind, verdict in (("regression", "regressed"), ("new", "new"), ("improvement", "improved"),
+                              ("unclear", "unclear")):  # fmt: skip
             if kind in kinds:
                 return verdict
         return "same"
@@ -254,6 +259,7 @@ class Report:
         data["passed"] = self.passed
         data["regressions"] = len(self.findings("regression"))
         data["improvements"] = len(self.findings("improvement"))
+        data["unclear"] = len(self.findings("unclear"))
         for comparison, c in zip(self.comparisons, data["comparisons"]):
             for row, r in zip(comparison.rows, c["rows"]):
                 r["verdict"] = row.verdict
@@ -552,8 +558,19 @@ def judge_interval(report: RowReport, metric: Metric, cand: stats.Trials, base: 
     unit = f"× {REFERENCE}" if ratio else metric.unit
     pairing = "run-paired " if run_pairs else "paired " if paired else ""
     how = f"{pairing}95% interval of candidate/baseline {low:.3g}–{high:.3g}"
-    message = (f"{metric.label} {b:.3g} → {c:.3g} {unit} ({middle - 1:+.0%}); the {how} lies beyond {threshold:.0%} "
-               f"({len(base)} vs {len(cand)} trials)")  # fmt: skip
+    unit_word = "process pairs" if run_pairs else "trials"
+    trials = f"{len(base)} vs {len(cand)} {unit_word}"
+    change = f"{metric.label} {b:.3g} → {c:.3g} {unit} ({middle - 1:+.0%})"
+    if verdict == "unclear":
+        needed = stats.trials_to_decide(middle, low, high, threshold, min(len(base), len(cand)))
+        decide = ("its middle sits on the threshold: more trials may never decide" if needed is None
+                  else f"about {needed} {unit_word} a side would likely decide" if needed <= 100
+                  else f"over 100 {unit_word} a side would be needed")  # fmt: skip
+        message = f"{change}: unclear, the {how} reaches across {threshold:.0%} ({trials}; {decide})"
+    else:
+        worse = verdict == "regression"
+        word = ("larger" if worse else "smaller") if metric.memory else ("slower" if worse else "faster")
+        message = f"{change}: {word}, the {how} lies beyond {threshold:.0%} ({trials})"
     report.findings.append(Finding(report.runner, verdict, metric.name, message, metric.label, b, c, middle - 1))
 
 
@@ -588,12 +605,18 @@ def judge(report: RowReport, metric: Metric, c: Span, b: Span, thresholds: Thres
     change = c.mid / b.mid - 1
     report.changes[metric.name] = change
     threshold = thresholds.memory if metric.memory else thresholds.speed
-    if abs(change) <= threshold or c.overlaps(b):
+    if abs(change) <= threshold:
+        return
+    if c.overlaps(b):  # beyond the threshold, but within what the runs themselves spread over
+        report.findings.append(Finding(report.runner, "unclear", metric.name,
+                                       f"{metric.label} {b.mid:.3g} → {c.mid:.3g} ({change:+.0%}): unclear, the runs' "
+                                       f"spreads overlap ({b.lo:.3g}–{b.hi:.3g} then, {c.lo:.3g}–{c.hi:.3g} now); "
+                                       "run --trials 3 or more to judge by an interval", metric.label))  # fmt: skip
         return
     if b.lo == b.hi and c.lo == c.hi and not metric.memory and abs(change) <= SINGLE_VALUE_THRESHOLD:
         # one timed value a side (a single trial's load, a single serving run): a change cannot be told from the
         # 20-40% that a small machine moves between processes
-        report.findings.append(Finding(report.runner, "note", metric.name,
+        report.findings.append(Finding(report.runner, "unclear", metric.name,
                                        f"{metric.label} {b.mid:.3g} → {c.mid:.3g} ({change:+.0%}) not judged: one value a "
                                        f"side, within the {SINGLE_VALUE_THRESHOLD:.0%} processes differ by (run --trials 2 "
                                        "or more)"))  # fmt: skip
@@ -609,15 +632,15 @@ def judge(report: RowReport, metric: Metric, c: Span, b: Span, thresholds: Thres
 
 # ---- showing --------------------------------------------------------------------------------------------------------
 
-STYLE = {"regression": "red", "improvement": "green", "new": "cyan", "note": "yellow", None: ""}
+STYLE = {"regression": "red", "improvement": "green", "unclear": "magenta", "new": "cyan", "note": "yellow", None: ""}
 
 
 def header(c: Comparison) -> str:
     def side(info: RunInfo | None) -> str:
-        return "none" if info is None else f"{info.run_id} ({info.path})"
+        return "none" if info is None else f"{literal(info.run_id)} ({literal(info.path, 4096)})"
 
-    how = f"changes of each row's ratio to {REFERENCE} in its run ({c.why_ratios})" if c.ratios else "changes of absolute figures"
-    return f"[bold]{c.model}[/]: candidate {side(c.candidate)} vs baseline {side(c.baseline)}; {how}"
+    how = f"changes of each row's ratio to {REFERENCE} in its run ({literal(c.why_ratios)})" if c.ratios else "changes of absolute figures"
+    return f"[bold]{literal(c.model)}[/]: candidate {side(c.candidate)} vs baseline {side(c.baseline)}; {how}"
 
 
 def table(c: Comparison) -> Table:
@@ -635,11 +658,11 @@ def table(c: Comparison) -> Table:
             verdict += "" if row.candidate_status == "ok" else f" ({row.candidate_status})"
         elif not row.baseline_status == row.candidate_status == "ok":
             verdict += f" ({row.baseline_status} → {row.candidate_status or 'gone'})"
-        t.add_row(row.runner, *cells, distance, Text(verdict, style=VERDICT_STYLE.get(row.verdict, "dim")))
+        t.add_row(literal(row.runner), *cells, distance, Text(verdict, style=VERDICT_STYLE.get(row.verdict, "dim")))
     return t
 
 
-VERDICT_STYLE = {"regressed": "red", "improved": "green", "new": "cyan"}
+VERDICT_STYLE = {"regressed": "red", "improved": "green", "unclear": "magenta", "new": "cyan"}
 
 
 def change_cell(row: RowReport, metric: Metric, kind: str | None, ratios: bool) -> Text:
@@ -650,11 +673,11 @@ def change_cell(row: RowReport, metric: Metric, kind: str | None, ratios: bool) 
 
 
 def finding_lines(c: Comparison) -> list[str]:
-    marks = {"regression": "✗", "improvement": "↑", "new": "+", "note": "·"}
-    lines = [f"  [yellow]·[/] {note}" for note in c.notes]
+    marks = {"regression": "✗", "improvement": "↑", "unclear": "?", "new": "+", "note": "·"}
+    lines = [f"  [yellow]·[/] {literal(note, 1000)}" for note in c.notes]
     for row in c.rows:
         for f in row.findings:
-            lines.append(f"  [{STYLE[f.kind]}]{marks[f.kind]} {f.kind}[/] {f.runner}: {f.message}")
+            lines.append(f"  [{STYLE[f.kind]}]{marks[f.kind]} {f.kind}[/] {literal(f.runner)}: {literal(f.message, 1000)}")
     return lines
 
 
@@ -662,11 +685,14 @@ def verdict(report: Report) -> str:
     """The one-line verdict."""
     regressions, improvements = report.findings("regression"), report.findings("improvement")
     if regressions:
-        listed = ", ".join(f"{f.runner} {f.label or f.subject}" for f in regressions[:6])
+        listed = ", ".join(literal(f"{f.runner} {f.label or f.subject}") for f in regressions[:6])
         more = f" and {len(regressions) - 6} more" if len(regressions) > 6 else ""
         return f"[bold red]FAIL[/]: {len(regressions)} regression(s): {listed}{more}"
     rows = sum(1 for c in report.comparisons for r in c.rows if r.verdict != "new")
     line = f"[bold green]PASS[/]: no regression in {rows} row(s)"
+    if unclear := [f for f in report.findings("unclear")]:
+        listed = ", ".join(literal(f"{f.runner} {f.label or f.subject}") for f in unclear[:6])
+        line += f"; unclear, not judged: {listed}{f' and {len(unclear) - 6} more' if len(unclear) > 6 else ''} (more trials would decide)"
     if improvements:
         line += f"; {len(improvements)} improvement(s) beyond the thresholds: the baseline may be out of date"
     return line

@@ -18,13 +18,14 @@ from harness import check as checks
 from harness import cluster as clusters
 from harness import stats
 from harness.bench import BenchSettings, Display, run_bench
-from harness.memory import nvml_handles
+from harness.memory import busy_note, nvml_handles
 from harness.registry import MODELS, get_model
 from harness.results import Row, load_result, write_result
 from harness.validate import printable
 from harness.workload import PROFILES, get_profile
+from linnet_core.checkpoint import check_seed
 from linnet_core.dtypes import NAMES as DTYPES
-from linnet_core.errors import UserError, run_cli
+from linnet_core.errors import UserError, literal, run_cli
 from runners import RUNNERS, get_runner
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Linnet Bench: time every stack the same way.")
@@ -75,6 +76,7 @@ def run(
         raise UserError(f"--budget {budget}: give the run's seconds, above 0 and at most a week, e.g. --budget 400")
     if budget is not None and cluster is not None:
         raise UserError("--budget times a run here, not on a cluster: leave out one of --budget and --cluster")
+    check_seed(seed)
     entries = [get_model(m) for m in model]
     for d in device or ():
         if d not in ("cpu", "cuda"):
@@ -82,7 +84,7 @@ def run(
     for d in dtype or ():
         if d not in DTYPES:
             raise UserError(f"unknown dtype {d!r}; use one of {', '.join(DTYPES)}")
-    chosen = tuple(get_runner(r) for r in runner) if runner else tuple(RUNNERS.values())
+    chosen = tuple(dict.fromkeys(get_runner(r) for r in runner)) if runner else tuple(RUNNERS.values())  # one row each
     if profile is not None:
         get_profile(profile)
     if peer_duets and cluster is not None:
@@ -106,7 +108,7 @@ def run(
             for settings in matrix(lambda: bool(nvml_handles())):
                 path = run_bench(settings, RichDisplay(chosen))
                 console.print(summary_table(load_result(path).rows))
-                console.print(f"result file: {path}")
+                console.print(f"result file: {literal(path, 4096)}", highlight=False)
             return
         with clusters.connected(cluster) as gpu:
             paths = clusters.run_cluster(matrix(lambda: gpu), tuple(accelerator_type or [None]), ClusterLines())
@@ -117,9 +119,9 @@ def run(
 
     for path in paths:
         result = load_result(path)
-        console.print(f"[bold]{result.model}[/] on {machine_name(result)}")
+        console.print(f"[bold]{literal(result.model)}[/] on {literal(machine_name(result))}", highlight=False)
         console.print(summary_table(result.rows))
-        console.print(f"result file: {path}")
+        console.print(f"result file: {literal(path, 4096)}", highlight=False)
 
 
 @app.command()
@@ -172,7 +174,7 @@ def merge(
 
     merged = merge_runs([load_result(p) for p in runs])
     write_result(merged, out)
-    console.print(f"{len(runs)} run(s), {merged.protocol['trials']} trial(s): {out}")
+    console.print(f"{len(runs)} run(s), {merged.protocol['trials']} trial(s): {literal(out, 4096)}", highlight=False)
 
 
 @app.command("duet")
@@ -199,6 +201,7 @@ def duet_command(
 
     if timeout is not None and not (math.isfinite(timeout) and timeout > 0):
         raise UserError(f"--timeout {timeout}: give a number of seconds above 0, e.g. --timeout 600")
+    check_seed(seed)
     if device not in ("cpu", "cuda"):
         raise UserError(f"unknown device {device!r}; use cpu or cuda")
     if dtype not in DTYPES:
@@ -214,9 +217,9 @@ def duet_command(
     settings = BenchSettings(get_model(model), chosen, get_profile(profile), dtype, device, None, out, seed, timeout, 1)
     with tempfile.TemporaryDirectory(prefix="linnet-duet-") as scratch:
         paths, failures = run_duet(settings, (sides[0], sides[1]), pairs, Turns(seconds), Path(scratch), out,
-                                   lambda text: console.print(f"duet: {text}", highlight=False), row_seconds)  # fmt: skip
+                                   lambda text: console.print(f"duet: {literal(text, 1000)}", highlight=False), row_seconds)  # fmt: skip
     for name, path in paths.items():
-        console.print(f"{name}: {path}")
+        console.print(f"{name}: {literal(path, 4096)}", highlight=False)
     for failure in failures:
         console.print(f"failed: {printable(str(failure))[:400]}", highlight=False, markup=False)
     if any(f.side == "candidate" for f in failures):
@@ -232,10 +235,10 @@ def site_command(
     from harness.site import build_site
 
     def warn(message: str) -> None:
-        console.print(f"[yellow]warning:[/] {message}", highlight=False, soft_wrap=True)
+        console.print(f"[yellow]warning:[/] {literal(message, 1000)}", highlight=False, soft_wrap=True)
 
     pages = build_site(results, out, warn)
-    console.print(f"{len(pages)} page(s) written; open {pages[0]}")
+    console.print(f"{len(pages)} page(s) written; open {literal(pages[0], 4096)}", highlight=False)
 
 
 class RichDisplay(Display):
@@ -248,9 +251,11 @@ class RichDisplay(Display):
 
     def begin(self, result, path):
         console.print(
-            f"[bold]{result.model}[/] · {len(self.runners)} runner(s) · {result.protocol['trials']} trial(s) each, round robin · "
-            f"profile {result.protocol['profile']} · "
-            f"{result.protocol['dtype']} on {result.protocol['device']} · weights: {result.weights} · writing {path}"
+            f"[bold]{literal(result.model)}[/] · {len(self.runners)} runner(s) · {result.protocol['trials']} trial(s) each, "
+            f"round robin · profile {literal(result.protocol['profile'])} · "
+            f"{literal(result.protocol['dtype'])} on {literal(result.protocol['device'])} · weights: {literal(result.weights, 4096)} · "
+            f"writing {literal(path, 4096)}",
+            highlight=False,
         )
 
     def start(self, runner):
@@ -258,10 +263,10 @@ class RichDisplay(Display):
             self.bar.start()
         else:
             self.bar.remove_task(self.task)
-        self.task = self.bar.add_task(f"{runner.id}: starting")
+        self.task = self.bar.add_task(f"{literal(runner.id)}: starting")
 
     def progress(self, runner, text):
-        self.bar.update(self.task, description=f"{runner.id}: {text}")
+        self.bar.update(self.task, description=f"{literal(runner.id)}: {literal(text, 160)}")
 
     def finish(self, row):
         mark = {"ok": "[green]ok[/]", "skipped": "[yellow]skipped[/]", "failed": "[red]failed[/]"}[row.status]
@@ -275,7 +280,8 @@ class RichDisplay(Display):
         else:
             detail = row.reason or ""
         trials = f" (trial {m['trials']})" if row.status == "ok" and m.get("trials", 1) > 1 else ""
-        self.bar.console.print(f"{mark} {row.runner}{trials}: {detail.splitlines()[0][:160] if detail else ''}")
+        first = literal(detail.splitlines()[0], 160) if detail.strip() else ""
+        self.bar.console.print(f"{mark} {literal(row.runner)}{trials}: {first}", highlight=False)
 
 
 class ClusterLines(clusters.ClusterDisplay):
@@ -284,7 +290,8 @@ class ClusterLines(clusters.ClusterDisplay):
     def begin(self, result, path):
         from harness.site.context import machine_name
 
-        console.print(f"[bold]{result.model}[/] · {result.protocol['dtype']} on {machine_name(result)} · writing {path}")
+        console.print(f"[bold]{literal(result.model)}[/] · {literal(result.protocol['dtype'])} on {literal(machine_name(result))} · "
+                      f"writing {literal(path, 4096)}", highlight=False)  # fmt: skip
 
     def finish(self, result, row):
         from harness.site.context import machine_name
@@ -326,7 +333,7 @@ def summary_table(rows: list[Row]) -> Table:
         speed, ttft = ("serving_tok_s", "serving_ttft_ms") if serving else ("decode_tok_s", "ttft_ms")
         flagged = flagged or bool(r.unstable)
         table.add_row(
-            r.runner,
+            literal(r.runner),
             r.status,
             with_interval(m, ttft, r.unstable),
             with_interval(m, speed, r.unstable),
@@ -334,10 +341,11 @@ def summary_table(rows: list[Row]) -> Table:
             "–" if r.distance is None else f"{r.distance:.2g}",
             "–" if r.truth_ratio is None else f"{r.truth_ratio:.2g}x",
         )
-    captions = ["×truth: distance from the float64 truth over the reference's (linnet-bench check bounds it)"]
+    caption = ["×truth: distance from the float64 truth over the reference's (linnet-bench check bounds it)"]
     if flagged:
-        captions.append(f"! unstable: its trials' medians differ by more than {stats.UNSTABLE_CV:.0%} (std/mean)")
-    table.caption = "\n".join(captions)
+        caption.append(f"! unstable: its trials' medians differ by more than {stats.UNSTABLE_CV:.0%} (std/mean)")
+    caption += [f"{literal(r.runner)}: {note}" for r in rows if (note := busy_note(r.metrics))]
+    table.caption = "\n".join(caption)
     return table
 
 

@@ -1,5 +1,6 @@
-"""Memory sampled from outside the child: per-process GPU memory through NVML, and host RSS through psutil; and
-the peak a child reports of itself (own_peak_rss_bytes)."""
+"""Memory sampled from outside the child: per-process GPU memory through NVML, and host RSS through psutil; the peak
+a child reports of itself (own_peak_rss_bytes); and the share of the machine's CPU that other processes used while
+the child ran (MemorySampler.other_cpu_share, busy_note)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,9 @@ from pathlib import Path
 import psutil
 
 SAMPLE_EVERY_S = 0.005
+# Above this share of the machine's cores used by other processes while a row ran, its figures are said to have been
+# measured on a busy machine (a demo run beside a server at 100% of one of 2 cores measured 189 tok/s, quiet ~2,500).
+BUSY_SHARE = 0.10
 # Listing a process's descendants scans /proc; reading one RSS does not. The tree is re-listed this often.
 TREE_EVERY_S = 0.5
 
@@ -54,24 +58,66 @@ def gpu_bytes(handles: list, pids: set[int]) -> int:
     return total
 
 
+def busy_note(metrics: dict) -> str | None:
+    """"measured while other processes used 37% of the cores" for a row whose other_cpu_share is above BUSY_SHARE."""
+    share = metrics.get("other_cpu_share")
+    if isinstance(share, (int, float)) and not isinstance(share, bool) and BUSY_SHARE < share <= 1:
+        return f"measured while other processes used {share:.0%} of the cores"
+    return None
+
+
+def machine_busy_seconds() -> float:
+    """CPU seconds every core of the machine has spent busy since boot (/proc/stat; guest time is within user)."""
+    t = psutil.cpu_times()
+    return sum(getattr(t, name, 0.0) for name in ("user", "nice", "system", "irq", "softirq", "steal"))
+
+
+def own_cpu_seconds() -> float:
+    """CPU seconds of this process and of its children it has waited for (with the children they waited for)."""
+    t = psutil.Process().cpu_times()
+    return t.user + t.system + t.children_user + t.children_system
+
+
 class MemorySampler:
-    """Samples a process tree every few ms on a thread; keeps the peaks."""
+    """Samples a process tree every few ms on a thread; keeps the peaks. Between entering and leaving (the child
+    having been waited for by then), it also measures what share of the machine's cores processes other than this
+    one, the child and the child's descendants used: other_cpu_share, None when too short to tell."""
 
     def __init__(self, pid: int):
         self.process = psutil.Process(pid)
         self.handles = nvml_handles()
         self.peak_rss = 0
         self.peak_gpu = 0
+        self.other_cpu_share: float | None = None
+        self._descendants_cpu: dict[int, float] = {}  # pid -> CPU seconds last seen, below the child
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, daemon=True)
 
     def __enter__(self) -> MemorySampler:
+        self._cpu_start = (time.monotonic(), machine_busy_seconds(), own_cpu_seconds())
         self._thread.start()
         return self
 
     def __exit__(self, *exc) -> None:
         self._stop.set()
         self._thread.join()
+        start, busy, own = self._cpu_start
+        wall = time.monotonic() - start
+        if wall > 0.1:  # /proc/stat counts in ticks of 10 ms: a shorter window says nothing
+            # the descendants the child waited for are in its own times too: counted twice, they only make the
+            # share of others too low, never a quiet machine look busy
+            others = (machine_busy_seconds() - busy) - (own_cpu_seconds() - own) - sum(self._descendants_cpu.values())
+            self.other_cpu_share = min(1.0, max(0.0, others / (wall * (psutil.cpu_count() or 1))))
+
+    def _note_descendants_cpu(self, descendants: list) -> None:
+        """The CPU seconds each of the child's descendants has used so far: one that exits without the child waiting
+        for it (a pool worker reparented to init) is then still counted as the run's own, not as another process's."""
+        for p in descendants:
+            try:
+                t = p.cpu_times()
+                self._descendants_cpu[p.pid] = t.user + t.system
+            except (psutil.NoSuchProcess, psutil.AccessDenied):
+                pass
 
     def _loop(self) -> None:
         tree, listed_at = [self.process], 0.0
@@ -79,6 +125,7 @@ class MemorySampler:
             try:
                 if time.monotonic() - listed_at > TREE_EVERY_S:
                     tree, listed_at = [self.process, *self.process.children(recursive=True)], time.monotonic()
+                    self._note_descendants_cpu(tree[1:])
                 rss = sum(p.memory_info().rss for p in tree if p.is_running())
                 self.peak_rss = max(self.peak_rss, rss)
                 if self.handles:

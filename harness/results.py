@@ -80,13 +80,22 @@ class ResultFile(BaseModel):
 
 
 def write_result(result: ResultFile, path: Path) -> None:
-    """Writes atomically: a reader sees the old file or the new one, never half of one."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    """Writes atomically: a reader sees the old file or the new one, never half of one; and only a file that
+    load_result reads back (a header field of the wrong type or range is a one-line error, nothing written)."""
+    if problem := header_problem(result.model_dump(mode="json")):
+        raise UserError(f"{path}: not written: {problem}")
+    try:
+        text = result.model_dump_json(indent=2) + "\n"
+    except ValueError as e:  # pydantic's serialization error: a lone surrogate has no UTF-8
+        raise UserError(f"{path}: not written: {printable(str(e))[:200]}") from None
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    except OSError as e:  # a file where a folder of the path should be, no permission, a full disk
+        raise UserError(f"{path}: cannot be written ({e.strerror or e}); give a writable directory") from None
     try:
         with os.fdopen(fd, "w") as f:
-            f.write(result.model_dump_json(indent=2))
-            f.write("\n")
+            f.write(text)
         os.chmod(tmp, 0o644)  # mkstemp makes it private; a result file is for everyone to read
         os.replace(tmp, path)
     except BaseException:
@@ -103,8 +112,13 @@ def model_named(data: dict) -> str:
 def load_result(path: Path) -> ResultFile:
     """Reads one result file; a one-line error for a malformed file or a schema version this code does not know."""
     path = Path(path)
+    if path.exists() and not (path.is_file() or path.is_dir()):  # reading a FIFO would wait for a writer forever
+        raise UserError(f"{path}: not a regular file (a FIFO, socket or device); a result file is a plain file")
     try:
-        data = json.loads(path.read_text())
+        text = path.read_text()
+        data = json.loads(text)
+        if "\\u" in text:  # an escape may be a lone surrogate ("\ud800"): valid JSON, but no text (UTF-8 has none)
+            json.dumps(data, ensure_ascii=False).encode("utf-8")
     except FileNotFoundError:
         raise UserError(f"{path}: no such result file") from None
     except IsADirectoryError:
@@ -113,12 +127,14 @@ def load_result(path: Path) -> ResultFile:
         raise UserError(f"{path}: cannot be read ({e.strerror})") from None
     except RecursionError:
         raise UserError(f"{path}: not a result file (JSON nested too deep)") from None
+    except UnicodeEncodeError:
+        raise UserError(f"{path}: not a result file (a lone surrogate escape, e.g. \\ud800: not Unicode text)") from None
     except (ValueError, UnicodeDecodeError) as e:  # JSONDecodeError, or an integer of more than 4300 digits
         raise UserError(f"{path}: not a JSON result file ({str(e).splitlines()[0][:200]})") from None
     if not isinstance(data, dict) or "schema_version" not in data:
         raise UserError(f"{path}: not a result file (no schema_version)")
     version = data["schema_version"]
-    if version not in READABLE_VERSIONS:
+    if type(version) is not int or version not in READABLE_VERSIONS:  # 2.0 and true equal 2 and 1
         raise UserError(
             f"{path}: result schema version {repr(version)[:20]} is not known to this Linnet Bench (it reads versions "
             f"{', '.join(map(str, READABLE_VERSIONS))}); re-run `linnet-bench run {model_named(data)}` "

@@ -8,7 +8,8 @@ samples always give the same interval.
 - ratio_interval(a, b): the interval of median(a) / median(b), e.g. candidate / baseline, or Linnet / the stack it
   replaces; `paired` resamples the same trial indices on both sides, for runs made side by side (the gate);
 - unstable(trials): whether the trials disagree beyond UNSTABLE_CV (see there);
-- judge(interval, ...): what an interval of a ratio says against a threshold (regression, improvement, or neither).
+- judge(interval, ...): what an interval of a ratio says against a threshold: a regression or an improvement when it
+  lies beyond, the same when it lies within, unclear otherwise (trials_to_decide: about how many would settle it).
 With one trial the interval holds only the run-to-run noise of one process: narrower than the truth."""
 
 from __future__ import annotations
@@ -131,7 +132,13 @@ def holds(low: float, high: float, value: float = 1.0) -> bool:
     return low <= value <= high
 
 
-Verdict = Literal["regression", "improvement", "same"]
+Verdict = Literal["regression", "improvement", "same", "unclear"]
+
+
+def band(threshold: float) -> tuple[float, float]:
+    """The ratios that are no change beyond the threshold: 1 - threshold .. 1 / (1 - threshold) (the band is its own
+    inverse, so it serves rates and times alike)."""
+    return 1 - threshold, (1 / (1 - threshold) if threshold < 1 else math.inf)
 
 
 def judge(low: float, high: float, threshold: float, higher_is_better: bool) -> Verdict:
@@ -140,12 +147,31 @@ def judge(low: float, high: float, threshold: float, higher_is_better: bool) -> 
     than the threshold: its upper end below 1 - threshold. So unchanged code fails only if its interval misses the
     truth by more than the threshold (rarely: a 95% interval misses 1 at all 2.5% of the time on that side), while a
     slowdown that is larger than the threshold by about two interval half-widths fails almost always. Improvements
-    are the mirror image: the lower end above 1 / (1 - threshold)."""
+    are the mirror image: the lower end above 1 / (1 - threshold). The same: the whole interval within the band (no
+    change beyond the threshold either way). Anything else, an interval across an edge of the band (or one that is
+    not finite and positive), is unclear: the data cannot tell."""
     if not (math.isfinite(low) and math.isfinite(high) and low > 0 and high > 0):
-        return "same"
+        return "unclear"
     lo, hi = (low, high) if higher_is_better else (1 / high, 1 / low)
-    if hi < 1 - threshold:
+    bottom, top = band(threshold)
+    if hi < bottom:
         return "regression"
-    if threshold < 1 and lo > 1 / (1 - threshold):
+    if lo > top:
         return "improvement"
-    return "same"
+    if lo >= bottom and hi <= top:
+        return "same"
+    return "unclear"
+
+
+def trials_to_decide(middle: float, low: float, high: float, threshold: float, trials: int) -> int | None:
+    """About how many trials a side would likely make an unclear interval decide: its half-width (on a log scale)
+    shrinks as 1/sqrt(trials), and it decides once that is under the distance from the middle to the nearest edge of
+    the band. None when the middle sits on an edge (no number of trials would) or the figures are not positive."""
+    if not all(math.isfinite(x) and x > 0 for x in (middle, low, high)) or trials < 1:
+        return None
+    edges = [edge for edge in band(threshold) if 0 < edge < math.inf]
+    distance = min((abs(math.log(middle) - math.log(edge)) for edge in edges), default=0.0)
+    half = (math.log(high) - math.log(low)) / 2
+    if distance < 1e-9:
+        return None
+    return max(trials + 1, math.ceil(trials * (half / distance) ** 2))

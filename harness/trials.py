@@ -16,6 +16,9 @@ PER_TRIAL = ("load_s", "first_call_s", "peak_mem_gib")
 SAMPLED = ("decode_tok_s", "ttft_ms", "serving_tok_s", "serving_ttft_ms")
 # The headline figures whose disagreement between trials flags a row as unstable.
 UNSTABLE_METRICS = SAMPLED
+# Figures whose trials' mean is the row's: the other processes' CPU share over all of its trials (one busy trial of
+# three shows, where the median would hide it).
+MEAN_OVER_TRIALS = ("other_cpu_share",)
 
 
 def combine_trials(metrics: list[dict], samples: list[dict]) -> tuple[dict, dict, list[str]]:
@@ -28,6 +31,8 @@ def combine_trials(metrics: list[dict], samples: list[dict]) -> tuple[dict, dict
         numeric = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values)
         if not numeric or all(v == values[0] for v in values):
             out[key] = values[0]
+        elif key in MEAN_OVER_TRIALS:
+            out[key] = statistics.fmean(values)
         else:
             out[key] = min(values) if key.endswith("_min") else max(values) if key.endswith("_max") else statistics.median(values)
     names = dict.fromkeys(n for s in samples for n in s)
@@ -53,8 +58,9 @@ def row_trials(row: Row) -> tuple[list[dict], list[dict]]:
 
 def merge_runs(runs: list[ResultFile]) -> ResultFile:
     """Runs of one suite (the same rows, workload and dtype), each one or more trials, as one run whose rows hold every
-    trial: what the gate compares. A row failed (or with an invalid figure) in any run is kept so (a failure is never noise), and its distance is
-    the largest any run measured."""
+    trial: what the gate compares. A row failed in any run is kept so (a failure is never noise), and its distance is
+    the largest any run measured. A run given twice, or a figure that is not a measurement (NaN, infinite, a zero
+    speed), is a one-line error: either would make the merged interval a lie."""
     if not runs:
         raise UserError("merge needs at least one result file")
     for other in runs[1:]:
@@ -66,6 +72,14 @@ def merge_runs(runs: list[ResultFile]) -> ResultFile:
                 raise UserError(f"merge: {key} {other.workload.get(key)} vs {runs[0].workload.get(key)}; merge runs of one suite")
         if other.protocol.get("dtype") != runs[0].protocol.get("dtype"):
             raise UserError(f"merge: dtype {other.protocol.get('dtype')} vs {runs[0].protocol.get('dtype')}; merge runs of one suite")
+    run_ids = [run.run_id for run in runs]
+    if twice := next((r for r in run_ids if run_ids.count(r) > 1), None):
+        raise UserError(f"merge: run {twice!r} is given twice; each run's trials count once (a repeat would narrow "
+                        "the interval beyond what the data supports)")  # fmt: skip
+    for run in runs:
+        if bad := next(((row.runner, problems) for row in run.rows if (problems := invalid_figures(row))), None):
+            raise UserError(f"merge: run {run.run_id!r}, row {bad[0]}: invalid figure ({'; '.join(bad[1][:2])}); "
+                            "merge only measured figures")  # fmt: skip
     runners = list(dict.fromkeys(r.runner for run in runs for r in run.rows))
     rows = [merge_rows([r for run in runs for r in run.rows if r.runner == runner]) for runner in runners]
     trials = sum(run.protocol.get("trials", 1) for run in runs)
@@ -81,7 +95,7 @@ def merge_runs(runs: list[ResultFile]) -> ResultFile:
 
 
 def merge_rows(repeats: list[Row]) -> Row:
-    failed = [r for r in repeats if r.status == "failed" or invalid_figures(r)]  # kept whole: check then fails it
+    failed = [r for r in repeats if r.status == "failed"]  # kept whole: check then fails it
     if failed or all(r.status == "skipped" for r in repeats):
         return (failed or repeats)[0].model_copy(deep=True)
     if any(r.status == "skipped" for r in repeats):  # ok in some runs, skipped in others: not the same row

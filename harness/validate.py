@@ -9,9 +9,12 @@ are allowed: they only have to be finite and not negative."""
 
 from __future__ import annotations
 
+import datetime
 import math
 import re
 from typing import Any
+
+from linnet_core.errors import printable  # noqa: F401 (its home; harness code imports it from here too)
 
 TEXT_METRICS = {"mem_kind"}  # metrics that are words, not figures ("host" or "gpu" memory)
 FLAG_METRICS = {"mem_is_setting"}  # metrics that are true or false (the memory figure is a setting, not a need)
@@ -117,19 +120,32 @@ MODEL_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,199}")
 LONGEST_HEADER_TEXT = 500
 
 
+LONGEST_PATH = 4096  # the weights' path: Linux's PATH_MAX
+LONGEST_REASON = 20_000  # why a row failed: a child's stderr tail is 2,000 characters
+LONGEST_NOTE, MOST_NOTES = 1000, 100
+ROW_NAMES = ("runner", "label", "group", "peer", "quant")  # a row's names: in messages, tables and page headings
+
+
 def header_problem(data: dict) -> str | None:
     """The first known header field of the wrong type ("protocol.dtype is a list [], not a str"), or None. None
     stands for "not recorded" everywhere; machine.versions may be anything (the site shows what it can). Text fields
-    are one short line: they end up in one-line messages and on pages."""
+    are one short line: they end up in one-line messages and on pages. Then the rows' texts (rows_problem)."""
+    version = data.get("schema_version")
+    if type(version) is not int:  # 2.0 and true equal 2 and 1, but no writer writes them
+        return f"schema_version is {describe(version)}, not a whole number"
     model = data.get("model")
     if isinstance(model, str) and not MODEL_ID.fullmatch(model):
         return f"model is {describe(model)}, not a model id (letters, digits, '.', '_', '-')"
+    created = data.get("created_at")
+    if isinstance(created, str) and not is_time(created):
+        return f"created_at is {describe(created)}, not an ISO 8601 time (2026-12-04T20:25:00+00:00)"
     workload = data.get("workload")
-    texts = {"weights_recipe": data.get("weights_recipe"),  # printed on the page as they are
-             "workload.probe": workload.get("probe") if isinstance(workload, dict) else None}  # fmt: skip
-    for name, text in texts.items():
-        if text is not None and not (isinstance(text, str) and len(text) <= LONGEST_HEADER_TEXT and text.isprintable()):
-            return f"{name} is {describe(text)}, not one printable line of at most {LONGEST_HEADER_TEXT} characters"
+    texts = {"run_id": (data.get("run_id"), 200), "weights": (data.get("weights"), LONGEST_PATH),
+             "weights_recipe": (data.get("weights_recipe"), LONGEST_HEADER_TEXT),  # printed on the page as they are
+             "workload.probe": (workload.get("probe") if isinstance(workload, dict) else None, LONGEST_HEADER_TEXT)}  # fmt: skip
+    for name, (text, longest) in texts.items():
+        if text is not None and not (isinstance(text, str) and len(text) <= longest and text.isprintable()):
+            return f"{name} is {describe(text)}, not one printable line of at most {longest} characters"
     for section, fields in HEADER_TYPES.items():
         values = data.get(section)
         if not isinstance(values, dict):
@@ -142,17 +158,47 @@ def header_problem(data: dict) -> str | None:
                 return f"{section}.{key} is {describe(value)}, out of range"
             if kind is str and value is not None and (len(value) > LONGEST_HEADER_TEXT or not value.isprintable()):
                 return f"{section}.{key} is {describe(value)}, not one printable line of at most {LONGEST_HEADER_TEXT} characters"
+    return rows_problem(data.get("rows"))
+
+
+def rows_problem(rows: Any) -> str | None:
+    """A row name that is not one short printable line, a reason or notes beyond their size, or two rows of one
+    runner (a failed copy and an ok one: which would be judged?), or None. Types are the schema's to check."""
+    if not isinstance(rows, list):
+        return None
+    seen: dict[str, int] = {}
+    for i, row in enumerate(rows):
+        if not isinstance(row, dict):
+            continue
+        for key in ROW_NAMES:
+            text = row.get(key)
+            if isinstance(text, str) and not (len(text) <= LONGEST_HEADER_TEXT and text.isprintable()):
+                return f"rows.{i}.{key} is {describe(text)}, not one printable line of at most {LONGEST_HEADER_TEXT} characters"
+        reason, notes = row.get("reason"), row.get("notes")
+        if isinstance(reason, str) and len(reason) > LONGEST_REASON:
+            return f"rows.{i}.reason has {len(reason)} characters, more than {LONGEST_REASON}"
+        if isinstance(notes, list) and (len(notes) > MOST_NOTES or any(isinstance(n, str) and len(n) > LONGEST_NOTE for n in notes)):
+            return f"rows.{i}.notes: more than {MOST_NOTES} notes or a note of more than {LONGEST_NOTE} characters"
+        runner = row.get("runner")
+        if isinstance(runner, str):
+            if runner in seen:
+                return f"rows {seen[runner]} and {i} are both {describe(runner)}: one row per runner"
+            seen[runner] = i
     return None
+
+
+def is_time(text: str) -> bool:
+    """Whether text is an ISO 8601 date and time (what created_at holds)."""
+    try:
+        datetime.datetime.fromisoformat(text)
+    except ValueError:
+        return False
+    return True
 
 
 def valid_metrics(metrics: dict) -> dict:
     """The metrics without their invalid figures: what a page may show and rank."""
     return {k: v for k, v in metrics.items() if figure_problem(str(k), v) is None}
-
-
-def printable(text: str) -> str:
-    """text on one line: line breaks and other control characters as escapes."""
-    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
 def describe(value: Any) -> str:

@@ -22,6 +22,25 @@ SYNTHETIC_RECIPE = 3  # bump when synthetic_tensor, train_on_corpus or the files
 TRAINED_MAX_PARAMETERS = 5_000_000
 TRAIN_STEPS, TRAIN_SEQUENCE, TRAIN_BATCH, TRAIN_LR = 300, 64, 16, 3e-3
 INITIALIZER_RANGE = 0.02  # a trained twin's starting linear and embedding weights: transformers' initializer_range
+# Seeds flow into numpy's and torch's generators (synthetic_tensor multiplies them by 1_000_003 and torch takes 64
+# bits): a 32-bit unsigned seed fits every use, and a seed outside that range is refused before anything is written.
+MAX_SEED = 2**32 - 1
+
+
+def resolved(path: Path, flag: str) -> Path:
+    """The absolute path without symlinks; a one-line error for a symlink loop (a RuntimeError before Python 3.13,
+    an OSError since) or a path that cannot be followed."""
+    try:
+        return path.resolve()
+    except (RuntimeError, OSError) as e:
+        raise UserError(f"{flag} {path}: cannot be followed ({getattr(e, 'strerror', None) or e})") from None
+
+
+def check_seed(seed: int) -> None:
+    """A one-line error for a --seed the generators cannot take."""
+    if not 0 <= seed <= MAX_SEED:
+        shown = str(seed) if len(str(seed)) <= 40 else "a huge integer"
+        raise UserError(f"--seed {shown}: give a whole number from 0 to {MAX_SEED}")
 
 
 def tensor_shapes(config: ModelConfig) -> dict[str, tuple[int, ...]]:
@@ -190,6 +209,7 @@ def synthetic_recipe(config: ModelConfig) -> str:
 def synthetic_checkpoint(model_id: str, config: ModelConfig, dtype: str, seed: int = 0, cache: Path | None = None) -> Path:
     """The directory of a synthetic checkpoint (weights, config, tokenizer), written once (atomically) and reused
     by every stack."""
+    check_seed(seed)
     import torch
     from safetensors.torch import save_file
 

@@ -13,7 +13,7 @@ import typer
 from rich.console import Console
 
 from linnet_core import dtypes
-from linnet_core.errors import UserError, run_cli
+from linnet_core.errors import UserError, literal, run_cli
 from linnet_core.targets import TARGETS, CompileOptions, compile_function
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Linnet: one decoder description, many engines.")
@@ -64,7 +64,7 @@ def compile_(
     entry, ckpt = resolve(model, weights)
     files = write(build_decoder(entry.config), ckpt, out, CompileOptions(dtype, max_positions, rows, quant))
     for f in files:
-        console.print(f"wrote {f}", soft_wrap=True, highlight=False)
+        console.print(f"wrote {literal(f, 4096)}", soft_wrap=True, highlight=False)
 
 
 
@@ -82,7 +82,8 @@ def export_hf(
     start = time.perf_counter()
     path = hf.export(source, out)
     files = ", ".join(sorted(p.name for p in path.iterdir()))
-    console.print(f"wrote {path} in {time.perf_counter() - start:.1f} s: {files}", highlight=False, soft_wrap=True)
+    console.print(f"wrote {literal(path, 4096)} in {time.perf_counter() - start:.1f} s: {literal(files, 4096)}", highlight=False,
+                  soft_wrap=True)  # fmt: skip
 
 
 @export_app.command("gguf")
@@ -102,7 +103,7 @@ def export_gguf(
     start = time.perf_counter()
     path = gguf.export(source, out, dtype, name=entry.id)
     size = path.stat().st_size / 2**20
-    console.print(f"wrote {path} ({dtype}, {size:.1f} MiB) in {time.perf_counter() - start:.1f} s", highlight=False)
+    console.print(f"wrote {literal(path, 4096)} ({dtype}, {size:.1f} MiB) in {time.perf_counter() - start:.1f} s", highlight=False)
 
 
 @app.command("serve")
@@ -133,7 +134,7 @@ def serve(
         if not api_key and not allow_unauthenticated:
             raise UserError(f"--host {host} serves beyond this machine: give --api-key KEY (or set LINNET_API_KEY), "
                             "or --allow-unauthenticated to serve anyone who can reach it")  # fmt: skip
-        console.print(f"[yellow]warning:[/] listening on {host}, beyond loopback: other machines can reach this server"
+        console.print(f"[yellow]warning:[/] listening on {literal(host)}, beyond loopback: other machines can reach this server"
                       + ("" if api_key else ", and without an API key anyone of them can use it"), highlight=False)  # fmt: skip
     if not (math.isfinite(request_timeout) and request_timeout > 0):
         raise UserError(f"--request-timeout {request_timeout}: give a number of seconds above 0")
@@ -143,7 +144,7 @@ def serve(
     settings = ServerSettings(entry.id, ckpt, backend, rows, positions, max_waiting, dtype,
                               device or default_device(), mode, host, port, api_key or None, request_timeout,
                               quant)  # fmt: skip
-    run_server(settings, on_ready=lambda line: console.print(line, highlight=False, soft_wrap=True))
+    run_server(settings, on_ready=lambda line: console.print(literal(line, 4096), highlight=False, soft_wrap=True))
 
 
 @export_app.command("triton")
@@ -163,7 +164,7 @@ def export_triton(
     check_dtype_device(dtype, device)
     entry, ckpt = resolve(model, weights)
     for f in write_repository(TritonExport(entry.id, ckpt, out, backend, rows, positions, dtype, device)):
-        console.print(f"wrote {f}", highlight=False, soft_wrap=True)
+        console.print(f"wrote {literal(f, 4096)}", highlight=False, soft_wrap=True)
 
 
 def check_dtype_device(dtype: str, device: Optional[str]) -> None:

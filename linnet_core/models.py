@@ -184,7 +184,7 @@ def local_entry(path: Path) -> ModelEntry:
     path = Path(path).expanduser()
     if not path.is_dir():
         raise UserError(f"{path}: no such checkpoint directory (nor a known model id)")
-    path = path.resolve()
+    path = checkpoint.resolved(path, "MODEL")
     config = checkpoint.read_config(path)
     checkpoint.check_weights(path, config, checkpoint.header_shapes(path))
     try:
@@ -211,7 +211,7 @@ def checkpoint_for(entry: ModelEntry, weights: Path | None, seed: int = 0) -> tu
         return entry.local_path, str(entry.local_path)
     if weights is None:
         return checkpoint.synthetic_checkpoint(entry.id, entry.config, entry.checkpoint_dtype, seed), "synthetic"
-    path = Path(weights).resolve()
+    path = checkpoint.resolved(Path(weights), "--weights")
     config = checkpoint.read_config(path)
     if config != entry.config:
         diff = [k for k, v in vars(config).items() if getattr(entry.config, k) != v]

@@ -205,7 +205,46 @@ def test_trials_run_round_robin_keep_every_sample_and_summarise_them(tiny, tmp_p
     assert m["decode_tok_s_min"] == min(every) and m["decode_tok_s_max"] == max(every)
     assert m["decode_tok_s_min"] <= m["decode_tok_s_ci"][0] <= m["decode_tok_s"] <= m["decode_tok_s_ci"][1] <= m["decode_tok_s_max"]
     assert "peak_mem_gib_ci" in m and m["mem_kind"] == "host"
+    assert 0 <= m["other_cpu_share"] <= 1  # the machine's CPU others used, the mean over its trials
     assert rows["other"].status == "ok" and "shape" in " ".join(rows["other"].notes)  # scored once, in trial 1
+
+
+def test_the_sampler_counts_other_processes_cpu_and_not_the_run_s_own():
+    """A busy machine is named: the share of the cores that processes other than the harness and its child used
+    while the child ran, from /proc. A process spinning beside the child is counted; the child's own CPU is not."""
+    import psutil
+
+    from harness.memory import MemorySampler, machine_busy_seconds
+
+    cores = psutil.cpu_count()
+    spin = "import time\nend = time.process_time() + {}\nwhile time.process_time() < end: pass"
+    hog = subprocess.Popen([sys.executable, "-c", spin.format(600)])
+    try:
+        hog_cpu = lambda: sum(psutil.Process(hog.pid).cpu_times()[:2])  # noqa: E731
+        before_hog, before_machine = hog_cpu(), machine_busy_seconds()
+        child = subprocess.Popen([sys.executable, "-c", spin.format(1.5)])  # the run's child: 1.5 s of CPU
+        with MemorySampler(child.pid) as sampler:
+            child.wait()
+            wall = time.monotonic() - sampler._cpu_start[0]
+        hog_seconds, machine_seconds = hog_cpu() - before_hog, machine_busy_seconds() - before_machine
+    finally:
+        hog.kill()
+        hog.wait()
+    others = sampler.other_cpu_share * wall * cores
+    assert others >= 0.8 * hog_seconds and hog_seconds > 0.3, (others, hog_seconds, wall)  # the spinning process
+    assert others <= machine_seconds - 1.3, (others, machine_seconds)  # not the child's 1.5 s
+
+    # a grandchild the child never waits for (reparented to init when the child exits) is the run's own too
+    orphaning = ("import subprocess, sys, time\n"
+                 f"subprocess.Popen([sys.executable, '-c', {spin.format(1.5)!r}])\n"
+                 "time.sleep(2.5)")  # fmt: skip
+    before_machine = machine_busy_seconds()
+    child = subprocess.Popen([sys.executable, "-c", orphaning])
+    with MemorySampler(child.pid) as sampler:
+        child.wait()
+        wall = time.monotonic() - sampler._cpu_start[0]
+    machine_seconds = machine_busy_seconds() - before_machine
+    assert sampler.other_cpu_share * wall * cores <= machine_seconds - 1.0, (sampler.other_cpu_share, machine_seconds)
 
 
 # ---- signals and bad options ----------------------------------------------------------------------------------------

@@ -28,6 +28,8 @@ def test_models_lists_both():
         (["run", "qwen2-tiny", "--profile", "huge"], "unknown profile 'huge'; known profiles: default"),
         (["run", "qwen2-tiny", "--dtype", "f8"], "unknown dtype 'f8'"),
         (["run", "qwen2-tiny", "--weights", "/nonexistent/ckpt"], "/nonexistent/ckpt/config.json: no config.json"),
+        (["run", "qwen2-tiny", "--seed", "-1"], "--seed -1: give a whole number from 0 to 4294967295"),
+        (["run", "qwen2-tiny", "--seed", "99999999999999999999999"], "--seed 99999999999999999999999: give a whole number"),
     ],
 )
 def test_bad_input_is_one_line(args, message, tmp_path):
@@ -76,3 +78,60 @@ def test_the_closing_table_is_readable_at_80_columns():
     console.print(summary_table(measured.rows))
     text = console.export_text()
     assert "…" not in text and all(len(line) <= 80 for line in text.splitlines()), text
+
+
+def test_the_run_display_prints_markup_from_paths_and_rows_as_written(tmp_path, monkeypatch):
+    """`run --out` or `--weights` with "[/]" in it crashed after writing an empty result file; a runner id or a
+    reason with "[/x]" crashed at the row's line."""
+    from rich.console import Console
+
+    import harness.cli as cli_module
+    from harness.results import ResultFile, Row
+    from runners import RUNNERS
+
+    console = Console(width=400, record=True)
+    monkeypatch.setattr(cli_module, "console", console)
+    result = ResultFile(schema_version=2, model="qwen2-tiny", run_id="r", created_at="2026-12-04T00:00:00+00:00",
+                        machine={}, workload={}, protocol={"trials": 1, "profile": "quick", "dtype": "f32", "device": "cpu"},
+                        weights="/ckpt/[/]weights")  # fmt: skip
+    display = cli_module.RichDisplay((RUNNERS["transformers"],))
+    display.bar = cli_module.Progress(console=console)
+    display.begin(result, tmp_path / "[old]" / "[/x].json")
+    rows = [Row(runner="[/x]r", label="x", group="PyTorch", status="failed", reason="[/] boom\nmore"),
+            Row(runner="[bold]b", label="y", group="PyTorch", status="ok", metrics={"decode_tok_s": 5.0})]  # fmt: skip
+    for r in rows:
+        display.finish(r)
+    console.print(cli_module.summary_table(rows))
+    text = console.export_text()
+    assert "weights: /ckpt/[/]weights" in text and f"writing {tmp_path / '[old]' / '[/x].json'}" in text, text
+    assert "failed [/x]r: [/] boom" in text and "ok [bold]b: 5.0 tok/s" in text, text
+    assert "[/x]r " in text.split("runner", 1)[1] and "[bold]b " in text.split("runner", 1)[1], text
+
+
+def test_a_weights_symlink_loop_and_an_out_under_a_file_are_one_line_errors(tmp_path):
+    (tmp_path / "loop").symlink_to(tmp_path / "loop")
+    (tmp_path / "file").write_text("not a directory")
+    for args, message in (
+        (["--weights", tmp_path / "loop", "--out", tmp_path / "results"], f"--weights {tmp_path / 'loop'}: cannot be followed"),
+        (["--runner", "transformers", "--out", tmp_path / "file" / "results"], "cannot be written (Not a directory)"),
+    ):  # fmt: skip
+        out = cli("run", "qwen2-tiny", *map(str, args))
+        assert out.returncode == 1 and "Traceback" not in out.stderr, out.stderr[-2000:]
+        lines = out.stdout.strip().splitlines()
+        assert len(lines) == 1 and message in lines[0], out.stdout
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["file", "loop"]
+
+
+def test_the_closing_table_names_a_row_measured_on_a_busy_machine():
+    from rich.console import Console
+
+    from harness.cli import summary_table
+    from harness.results import Row
+
+    rows = [Row(runner=r, label=r, group="PyTorch", status="ok", metrics={"decode_tok_s": 100.0, "other_cpu_share": share})
+            for r, share in (("linnet-torch", 0.37), ("transformers", 0.04))]  # fmt: skip
+    console = Console(width=80, record=True)
+    console.print(summary_table(rows))
+    text = console.export_text()
+    assert "linnet-torch: measured while other processes used 37% of the cores" in " ".join(text.split()), text
+    assert "transformers: measured" not in text and all(len(line) <= 80 for line in text.splitlines())

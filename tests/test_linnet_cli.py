@@ -45,6 +45,8 @@ def test_export_reads_a_local_checkpoint(tiny_tokenizer_checkpoint, tmp_path):
         (["hf", "qwen2-tiny", "{tmp}/file/hf"], "cannot write the export"),
         (["hf", "qwen2-tiny", "{tmp}"], "is not empty; export into a new or empty directory"),
         (["hf", "qwen2-tiny", "{tmp}/hf", "--weights", "/nonexistent/ckpt"], "/nonexistent/ckpt/config.json: no config.json"),
+        (["hf", "qwen2-tiny", "{tmp}/hf", "--seed", "-1"], "--seed -1: give a whole number from 0 to 4294967295"),
+        (["gguf", "qwen2-tiny", "{tmp}/m.gguf", "--seed", "99999999999999999999999"], "--seed 99999999999999999999999: give a whole"),
     ],
 )
 def test_bad_input_is_one_line(tmp_path, args, message):

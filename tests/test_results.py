@@ -104,3 +104,28 @@ def test_malformed_samples_are_one_line_errors(tmp_path, samples):
     with pytest.raises(UserError) as e:
         load_result(tmp_path / "f.json")
     assert "f.json" in str(e.value) and "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize(("section", "key", "value"), [("workload", "seed", -1), ("machine", "cpu", "x" * 10_000)])
+def test_a_result_file_is_written_only_when_it_can_be_read_back(tmp_path, section, key, value):
+    """`run --seed -1` left a result file that load_result refused, and `check DIR` then refused the whole folder."""
+    result = sample()
+    getattr(result, section)[key] = value
+    with pytest.raises(UserError, match=f"not written: {section}.{key}"):
+        write_result(result, tmp_path / "m" / "r.json")
+    assert not (tmp_path / "m").exists() or not any((tmp_path / "m").iterdir())
+
+
+def test_a_lone_surrogate_is_refused_on_reading_and_writing(tmp_path):
+    """"\\ud800" is valid JSON but no text: such a file loaded, then `merge` could not write it (a traceback)."""
+    data = json.loads(sample().model_dump_json())
+    data["rows"][0]["notes"] = ["\ud800"]
+    (tmp_path / "s.json").write_text(json.dumps(data))
+    with pytest.raises(UserError, match="lone surrogate") as e:
+        load_result(tmp_path / "s.json")
+    assert "\n" not in str(e.value)
+    result = sample()
+    result.rows[0].notes = ["\ud800"]
+    with pytest.raises(UserError, match="not written"):
+        write_result(result, tmp_path / "w.json")
+    assert not list(tmp_path.glob("w.json*")) and not list(tmp_path.glob(".w.json*"))

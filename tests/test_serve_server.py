@@ -319,7 +319,9 @@ def test_a_body_that_is_not_declared_json_is_415(server, content_type):
 
 
 @pytest.mark.parametrize("host, ok", [("evil.example:8000", False), ("127.0.0.1.nip.io", False), ("localhost:1", True),
-                                      ("127.0.0.1", True), ("[::1]:80", True), ("", False)])  # fmt: skip
+                                      ("127.0.0.1", True), ("[::1]:80", True), ("", False),
+                                      ("localhost:80@evil.com", False), ("localhost@evil.com", False),
+                                      ("localhost:80:81", False), ("localhost:x", False)])  # fmt: skip
 def test_a_loopback_server_answers_only_to_its_own_names(server, host, ok):
     for method, path in (("GET", "/health"), ("POST", "/v1/completions")):
         r = httpx.request(method, f"{server}{path}", headers={"Host": host, "Content-Type": "application/json"},
@@ -399,3 +401,56 @@ def test_the_api_key_may_come_from_the_environment_and_opens_other_interfaces(ti
                          timeout=120, env={**os.environ, "LINNET_API_KEY": "k"})  # fmt: skip
     # past the exposure check (it warns) to the next error: no server is started
     assert "warning: listening on 0.0.0.0, beyond loopback" in out.stdout and "rows must be at least 1" in out.stdout, out
+
+
+@pytest.fixture(scope="module")
+def app_client(tiny_checkpoint):
+    """The real ASGI app (guard, routes, engine loop) on the reference engine, in this process."""
+    from starlette.testclient import TestClient
+
+    from linnet_core.serve.guard import settings_for
+    from linnet_core.serve.server import ServerSettings, build, create_app
+
+    served = build(ServerSettings("qwen2-tiny", tiny_checkpoint, "tests.serve_reference_engine:make_engine", rows=2,
+                                  positions=64, max_waiting=4))  # fmt: skip
+    with TestClient(create_app(served, settings_for("127.0.0.1", None)), base_url="http://127.0.0.1") as c:
+        yield c
+    served.work.cleanup()
+
+
+@pytest.mark.parametrize(
+    "route, body, where",
+    [("/v1/completions", b'{"prompt": "hi \\ud800 there"}', "prompt"),
+     ("/v1/chat/completions", b'{"messages": [{"role": "user", "content": "ok"}, {"role": "user", "content": "\\udfff"}]}',
+      "messages.1.content"),
+     ("/v1/chat/completions", b'{"messages": [{"role": "user", "content": [{"type": "text", "text": "\\ud800"}]}]}',
+      "messages.0.content")],
+)  # fmt: skip
+def test_a_lone_surrogate_in_a_prompt_or_message_is_400(app_client, route, body, where):
+    """Valid JSON, but no text a tokenizer can encode: it was a 500 with a traceback."""
+    r = app_client.post(route, content=body, headers={"Content-Type": "application/json"})
+    assert r.status_code == 400 and r.json()["error"]["message"].startswith(f"{where}: not valid Unicode text"), r.text
+
+
+def test_a_temperature_below_epsilon_is_greedy(app_client):
+    """logits / 1e-320 is infinite: the softmax sampled garbage. Below MIN_TEMPERATURE a request is greedy."""
+    from linnet_core.serve.request import MIN_TEMPERATURE, SamplingParams
+
+    def tokens(temperature):
+        body = {"prompt": [5, 6, 7], "max_tokens": 8, "ignore_eos": True, "temperature": temperature, "seed": 3}
+        r = app_client.post("/v1/completions", json=body)
+        assert r.status_code == 200, r.text
+        return r.json()["choices"][0]["token_ids"]
+
+    greedy = tokens(0.0)
+    assert all(tokens(t) == greedy for t in (1e-320, 5e-324, MIN_TEMPERATURE / 2))
+    assert SamplingParams(temperature=MIN_TEMPERATURE / 2).greedy and not SamplingParams(temperature=MIN_TEMPERATURE).greedy
+
+
+def test_rows_beyond_memory_are_a_one_line_error_that_says_what_fits(tiny_checkpoint):
+    out = subprocess.run([sys.executable, "-m", "linnet_core.cli", "serve", "qwen2-tiny", "--rows", "1000000",
+                          "--port", str(free_port())], cwd=ROOT, capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert out.returncode == 1 and "Traceback" not in out.stderr, (out.stdout, out.stderr[-2000:])
+    lines = out.stdout.strip().splitlines()
+    assert len(lines) == 1 and "--rows 1000000 x --positions 640: the KV cache alone needs" in lines[0], out.stdout
+    assert " rows of 640 positions fit" in lines[0] and "memory has" in lines[0], lines[0]

@@ -411,7 +411,8 @@ def test_the_cli_renders_and_refuses_a_missing_directory_in_one_line(tmp_path):
 def test_a_model_id_that_is_not_a_plain_name_is_skipped(tmp_path):
     result = tiny_run("20261202T100000Z", decode=100.0)
     result.model = "../../outside"
-    write_result(result, tmp_path / "results" / "qwen2-tiny" / "r.json")
+    (tmp_path / "results" / "qwen2-tiny").mkdir(parents=True)
+    (tmp_path / "results" / "qwen2-tiny" / "r.json").write_text(result.model_dump_json())  # write_result refuses it
     warnings = []
     build_site(tmp_path / "results", tmp_path / "site", warnings.append)
     assert len(warnings) == 1 and "r.json" in warnings[0] and "not a model id" in warnings[0]
@@ -438,7 +439,8 @@ def test_bad_files_are_skipped_with_a_warning_naming_them_and_the_rest_renders(t
     (tmp_path / "results" / "qwen2-tiny" / "folder.json").mkdir()
     long = tiny_run("20261202T100000Z", decode=100.0)
     long.model = "m" * 300
-    write_result(long, tmp_path / "results" / "long" / "long-model.json")
+    (tmp_path / "results" / "long").mkdir()
+    (tmp_path / "results" / "long" / "long-model.json").write_text(long.model_dump_json())  # write_result refuses it
     warnings = []
     build_site(tmp_path / "results", tmp_path / "site", warnings.append)
     for name in [*BAD_FILES, "folder.json", "long-model.json"]:
@@ -978,3 +980,38 @@ def test_an_installed_copy_renders_the_site_from_anywhere(tmp_path):
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
     assert (elsewhere / "site" / "index.html").is_file() and (elsewhere / "site" / "assets" / "style.css").is_file()
     assert (elsewhere / "site" / "assets" / "site.js").read_text() == (ROOT / "harness/site/templates/assets/site.js").read_text()
+
+
+def test_a_warning_about_a_file_whose_path_or_text_looks_like_markup_is_printed_as_written(tmp_path):
+    """One file holding "[/]" raised rich's MarkupError and aborted the whole site; "[old]" in its path vanished."""
+    write_result(tiny_run("20261202T100000Z", decode=100.0), tmp_path / "results" / "qwen2-tiny" / "good.json")
+    bad = tmp_path / "results" / "[old]" / "[bold]bad.json"
+    bad.parent.mkdir(parents=True)
+    bad.write_text('{"schema_version": 1, "model": "[/]"}')
+    cli = [sys.executable, "-m", "harness.cli", "site", "--results", str(tmp_path / "results"), "--out", str(tmp_path / "out")]
+    done = subprocess.run(cli, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and "Traceback" not in done.stderr, done.stdout + done.stderr
+    warning = [line for line in done.stdout.splitlines() if line.startswith("warning:")]
+    assert len(warning) == 1 and str(bad) in warning[0] and "'[/]'" in warning[0], done.stdout
+    assert (tmp_path / "out" / "models" / "qwen2-tiny.html").exists()
+
+
+def test_a_fifo_among_the_result_files_is_skipped_with_a_warning_not_waited_on(tmp_path):
+    """Reading a FIFO named like a result file waits for a writer forever: `site` hung."""
+    write_result(tiny_run("20261202T100000Z", decode=100.0), tmp_path / "results" / "qwen2-tiny" / "good.json")
+    os.mkfifo(tmp_path / "results" / "qwen2-tiny" / "pipe.json")
+    cli = [sys.executable, "-m", "harness.cli", "site", "--results", str(tmp_path / "results"), "--out", str(tmp_path / "out")]
+    done = subprocess.run(cli, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and "Traceback" not in done.stderr, done.stdout + done.stderr
+    warning = [line for line in done.stdout.splitlines() if line.startswith("warning:")]
+    assert len(warning) == 1 and "pipe.json: not a regular file" in warning[0], done.stdout
+    assert "100 tok/s" in (tmp_path / "out" / "models" / "qwen2-tiny.html").read_text()
+
+
+def test_a_row_measured_while_other_processes_held_the_cores_says_so(tmp_path):
+    result = tiny_run("20261202T100000Z", decode=100.0)
+    result.rows[0].metrics["other_cpu_share"] = 0.52
+    result.rows[1].metrics["other_cpu_share"] = 0.03
+    text = Tree((render(tmp_path, result) / "models" / "qwen2-tiny.html").read_text()).root.text()
+    assert text.count("measured while other processes used 52% of the cores") == 1, text
+    assert "3% of the cores" not in text

@@ -1,5 +1,6 @@
 """The statistics on synthetic samples with known answers."""
 
+import math
 import numpy as np
 import pytest
 
@@ -73,13 +74,15 @@ def test_unstable_when_the_trial_medians_disagree_beyond_the_bound():
     "low, high, higher_is_better, verdict",
     [
         (0.80, 0.90, True, "regression"),  # every value a slowdown beyond 5%
-        (0.80, 0.97, True, "same"),  # a slowdown under 5% not excluded
-        (0.90, 1.10, True, "same"),
+        (0.80, 0.97, True, "unclear"),  # a slowdown under 5% not excluded, nor one beyond it
+        (0.90, 1.10, True, "unclear"),
+        (0.96, 1.04, True, "same"),  # within 5% either way
+        (0.951, 0.99, False, "same"),
         (1.10, 1.20, True, "improvement"),
         (1.10, 1.20, False, "regression"),  # a time 10-20% longer
         (0.80, 0.90, False, "improvement"),
-        (float("nan"), 1.0, True, "same"),
-        (0.0, 0.5, True, "same"),
+        (float("nan"), 1.0, True, "unclear"),
+        (0.0, 0.5, True, "unclear"),
     ],
 )
 def test_judge_by_where_the_interval_lies_against_the_threshold(low, high, higher_is_better, verdict):
@@ -88,3 +91,13 @@ def test_judge_by_where_the_interval_lies_against_the_threshold(low, high, highe
 
 def test_judge_with_a_threshold_of_1_or_more_sees_no_improvement():
     assert stats.judge(5.0, 6.0, 1.0, True) == "same"
+
+
+def test_trials_to_decide_shrink_the_interval_to_the_distance_from_the_threshold():
+    """A half-width that shrinks as 1/sqrt(trials) decides once it is under the middle's distance to the band."""
+    needed = stats.trials_to_decide(0.7, 0.47, 1.06, 0.05, 2)
+    half, distance = (math.log(1.06) - math.log(0.47)) / 2, math.log(0.95) - math.log(0.7)
+    assert needed == math.ceil(2 * (half / distance) ** 2) and half * math.sqrt(2 / needed) <= distance
+    assert stats.trials_to_decide(0.7, 0.6, 0.96, 0.05, 2) < needed  # a narrower interval needs fewer
+    assert stats.trials_to_decide(0.95, 0.8, 1.1, 0.05, 2) is None  # on the edge: no number of trials decides
+    assert stats.trials_to_decide(1.0, 0.9, 1.1, 0.05, 3) >= 4  # always more than it has

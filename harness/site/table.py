@@ -6,6 +6,7 @@ import textwrap
 from dataclasses import dataclass, replace
 from typing import Callable
 
+from harness.memory import busy_note
 from harness.results import ResultFile, Row
 from harness.site import numbers
 from harness.stats import UNSTABLE_CV
@@ -119,8 +120,9 @@ def wall_cell(row: Row, result: ResultFile) -> Cell:
 
 
 def notes_cell(row: Row, result: ResultFile) -> Cell:
-    """The notes; folded behind a one-line summary when they are longer than one line of their column."""
-    text = "; ".join(row.notes)
+    """The notes (and whether other processes were busy while it was measured); folded behind a one-line summary when
+    they are longer than one line of their column."""
+    text = "; ".join([*row.notes, *filter(None, [busy_note(row.metrics)])])
     if len(text) <= NOTE_FITS:
         return Cell(text)
     return Cell(text, summary=textwrap.shorten(text, NOTE_FITS, placeholder=" …"))

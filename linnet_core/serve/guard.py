@@ -23,6 +23,7 @@ import asyncio
 import hmac
 import ipaddress
 import json
+import re
 import socket
 from dataclasses import dataclass
 
@@ -36,6 +37,8 @@ TIMEOUT_S = 30.0  # the longest wait for a request's headers (from the connectio
 # next part of its body: a client that stalls longer is cut off
 OPEN_ROUTES = ("/health",)  # served without the API key
 LOOPBACK_NAMES = {"localhost", "127.0.0.1", "::1"}
+# RFC 9110's Host: a name or IPv4 address, or an IPv6 address in brackets, then an optional port of digits
+HOST_HEADER = re.compile(r"(?P<name>\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9.-]+)(?::[0-9]{1,5})?")
 
 
 @dataclass(frozen=True)
@@ -99,8 +102,8 @@ class Guard:
         if allowed is None:
             return
         host = headers.get("host", "")
-        name = host.rsplit(":", 1)[0] if not host.endswith("]") else host  # drop the port; keep [::1] whole
-        if name.strip("[]").lower() not in allowed:
+        parsed = HOST_HEADER.fullmatch(host)  # a host and a port, nothing else: "localhost:80@evil.com" is refused
+        if parsed is None or parsed["name"].strip("[]").lower() not in allowed:
             raise Refused(400, f"Host {host[:100]!r} is not this server's name; use http://127.0.0.1 or http://localhost")
 
     def check_key(self, scope, headers: dict) -> None:

@@ -13,10 +13,15 @@ import numpy as np
 from linnet_core.errors import UserError
 
 
+# Temperatures below this are greedy, as in vLLM (its _SAMPLING_EPS): logits / 1e-320 overflow to infinity and the
+# softmax samples garbage, while any temperature this small already puts all the mass on the argmax.
+MIN_TEMPERATURE = 1e-5
+
+
 @dataclass(frozen=True)
 class SamplingParams:
     max_tokens: int = 16  # new tokens to generate, the first included
-    temperature: float = 0.0  # 0 is greedy (argmax on the device); > 0 samples from softmax(logits / temperature)
+    temperature: float = 0.0  # below MIN_TEMPERATURE greedy (argmax on the device); else samples softmax(logits / temperature)
     top_p: float = 1.0  # nucleus sampling: keep the smallest set of tokens whose probability reaches top_p
     seed: int | None = None  # seeds this request's sampling; None draws a fresh seed
     ignore_eos: bool = False  # keep generating past the end-of-sequence token (the benchmark does)
@@ -34,7 +39,7 @@ class SamplingParams:
     @property
     def greedy(self) -> bool:
         """Greedy requests take the engine's device argmax; top_p alone (temperature 0) is still greedy."""
-        return self.temperature == 0
+        return self.temperature < MIN_TEMPERATURE
 
 
 class Status(enum.Enum):

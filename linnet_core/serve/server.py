@@ -230,6 +230,16 @@ def sampling(body: GenerationFields, served: Served, max_tokens: int) -> Samplin
         raise APIError(400, str(e)) from None
 
 
+def unicode_text(text: str, where: str) -> str:
+    """The text, or a 400 when it holds a lone surrogate ("\\ud800" in JSON): valid JSON, but no Unicode text that a
+    tokenizer can encode."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise APIError(400, f"{where}: not valid Unicode text (a lone surrogate {text[e.start]!r} at character {e.start})") from None
+    return text
+
+
 def needs_tokenizer(served: Served, what: str):
     if served.tokenizer is None:
         raise APIError(400, f"{what}: this checkpoint has no tokenizer; send the prompt to /v1/completions as a list of token ids")
@@ -239,7 +249,7 @@ def needs_tokenizer(served: Served, what: str):
 def parse_completion(raw: bytes, served: Served) -> tuple[CompletionBody, list[int], SamplingParams]:
     body = validate(raw, CompletionBody, served)
     if isinstance(body.prompt, str):
-        prompt = needs_tokenizer(served, "prompt").encode(body.prompt, add_special_tokens=False)
+        prompt = needs_tokenizer(served, "prompt").encode(unicode_text(body.prompt, "prompt"), add_special_tokens=False)
     else:
         prompt = body.prompt
         bad = next((t for t in prompt if not 0 <= t < served.vocab_size), None)
@@ -256,7 +266,7 @@ def parse_chat(raw: bytes, served: Served) -> tuple[ChatBody, list[int], Samplin
         raise APIError(400, "messages: send at least one message")
     if not getattr(tokenizer, "chat_template", None):
         raise APIError(400, "messages: this checkpoint's tokenizer has no chat template; use /v1/completions")
-    messages = [{"role": m.role, "content": m.text} for m in body.messages]
+    messages = [{"role": m.role, "content": unicode_text(m.text, f"messages.{i}.content")} for i, m in enumerate(body.messages)]
     try:
         text = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
     except Exception as e:  # the template's own error (jinja2's TemplateError, or one it raises on purpose)
@@ -428,6 +438,7 @@ def build(settings: ServerSettings) -> Served:
     serve_config = ServeConfig(rows=settings.rows, max_positions=settings.positions, max_waiting=settings.max_waiting)
     if settings.positions > config.max_position_embeddings:
         raise UserError(f"--positions {settings.positions} is more than the model's {config.max_position_embeddings}")
+    check_cache_fits(settings, config)
     work = tempfile.TemporaryDirectory(prefix="linnet-serve-")
     spec = EngineSpec(settings.checkpoint, settings.rows, settings.positions, settings.dtype, settings.device,
                       Path(work.name), settings.mode, quant=settings.quant)  # fmt: skip
@@ -440,6 +451,37 @@ def build(settings: ServerSettings) -> Served:
     engine = ServeEngine(built.engine, serve_config, config.eos_token_id, name=settings.backend)
     return Served(engine, settings.model, config.vocab_size, load_tokenizer(settings.checkpoint),
                   SamplingDefaults.of_checkpoint(settings.checkpoint), tuple(built.notes), work)  # fmt: skip
+
+
+DTYPE_BYTES = {"f32": 4, "f16": 2, "bf16": 2}
+
+
+def check_cache_fits(settings: ServerSettings, config) -> None:
+    """A one-line error, before any allocation, when the KV cache of --rows x --positions alone is larger than the
+    device's free memory: the allocator's traceback (or the OOM killer) would say it later and worse."""
+    per_row = (settings.positions * config.num_hidden_layers * 2 * config.num_key_value_heads * config.head_dim
+               * DTYPE_BYTES.get(settings.dtype, 4))  # fmt: skip
+    free = free_memory(settings.device)
+    if free is None or settings.rows * per_row <= free:
+        return
+    raise UserError(f"--rows {settings.rows} x --positions {settings.positions}: the KV cache alone needs "
+                    f"{settings.rows * per_row / 2**30:.1f} GiB, and {settings.device} memory has {free / 2**30:.1f} GiB "
+                    f"free; at most {free // per_row} rows of {settings.positions} positions fit (fewer beside the "
+                    "weights)")  # fmt: skip
+
+
+def free_memory(device: str) -> int | None:
+    """Bytes free for the cache: available host memory on a CPU, the GPU's free memory on CUDA (None: unknown)."""
+    if device != "cuda":
+        import psutil
+
+        return psutil.virtual_memory().available
+    try:
+        import torch
+
+        return torch.cuda.mem_get_info()[0]
+    except Exception:  # no torch, no CUDA build, no device: the backend says so itself
+        return None
 
 
 def run_server(settings: ServerSettings, on_ready=print) -> None:

@@ -57,6 +57,12 @@ def forward(step, keyword: str, ids: torch.Tensor, cache, **kwargs) -> torch.Ten
     return step(input_ids=ids, use_cache=True, **{keyword: cache}, **kwargs).logits
 
 
+def check_tokens(spec) -> list[int]:
+    """The tokens the cache check decodes: the probe's (text where the checkpoint has a tokenizer), or the timed
+    prompt's where a spec carries a shorter probe (a serving test's)."""
+    return max(spec.probe, spec.prompt, key=len)
+
+
 def check_cached_decode(
     model, prompt: list[int], dtype: str, decode: Callable[[torch.Tensor, int, object], torch.Tensor], new_cache: Callable[[], object]
 ) -> float:

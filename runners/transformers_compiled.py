@@ -10,7 +10,7 @@ from transformers import StaticCache
 
 from runners import base
 from runners._torch import cuda_unavailable
-from runners._transformers import cache_keyword, check_cached_decode, forward, load_model
+from runners._transformers import cache_keyword, check_cached_decode, check_tokens, forward, load_model
 
 
 class Runner(base.Runner):
@@ -23,7 +23,7 @@ class Runner(base.Runner):
         self.keyword = cache_keyword(self.model)
         # checked eagerly: the compiled step takes the same keywords, and compiling here would move its first call's
         # compile into the load time
-        difference = check_cached_decode(self.model, self.spec.probe, self.spec.dtype,
+        difference = check_cached_decode(self.model, check_tokens(self.spec), self.spec.dtype,
                                          lambda ids, start, cache: self.forward(ids, start, cache, self.model.forward),
                                          lambda: StaticCache(config=self.model.config, max_cache_len=self.spec.max_positions))  # fmt: skip
         self.cache = StaticCache(config=self.model.config, max_cache_len=self.spec.max_positions)

@@ -10,7 +10,7 @@ from transformers import DynamicCache
 
 from runners import base
 from runners._torch import cuda_unavailable
-from runners._transformers import cache_keyword, check_cached_decode, forward, load_model
+from runners._transformers import cache_keyword, check_cached_decode, check_tokens, forward, load_model
 
 
 class Runner(base.Runner):
@@ -21,7 +21,7 @@ class Runner(base.Runner):
     def load(self):
         self.model = load_model(self.spec, "eager")
         self.keyword = cache_keyword(self.model)
-        difference = check_cached_decode(self.model, self.spec.probe, self.spec.dtype,
+        difference = check_cached_decode(self.model, check_tokens(self.spec), self.spec.dtype,
                                          lambda ids, start, cache: forward(self.model, self.keyword, ids, cache),
                                          self.new_cache)  # fmt: skip
         self.notes.append(f"cached decode checked against a full forward at load: {difference:.2g} apart")

@@ -188,8 +188,8 @@ def test_trials_run_round_robin_keep_every_sample_and_summarise_them(tiny, tmp_p
     order = Order()
     s = settings(tiny, tmp_path, runners, timeout_s=60)
     result = load_result(run_bench(BenchSettings(**{**s.__dict__, "trials": 3}), order))
-    # the reference scores once; a skip is decided once; a failed trial ends its row
-    assert order.started == ["transformers", "counting", "unavailable", "flaky", "other", "counting", "flaky", "other",
+    # the float64 truth and the reference score once; a skip is decided once; a failed trial ends its row
+    assert order.started == ["transformers-f64", "transformers", "counting", "unavailable", "flaky", "other", "counting", "flaky", "other",
                              "counting", "other"]  # fmt: skip
     assert result.schema_version == 2 and result.protocol["trials"] == 3 and result.workload["runs"] == 2
     rows = {r.runner: r for r in result.rows}

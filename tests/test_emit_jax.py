@@ -24,7 +24,7 @@ def reference_logits(checkpoint, ids, n_prefill):
     """transformers eager (the reference row's own code) through the cache path, f32."""
     from runners.transformers_eager import Runner
 
-    spec = RunSpec("transformers", "", "qwen2-tiny", str(checkpoint), "f32", "cpu", [], 1, 0, 0, [], 0, 64, "")
+    spec = RunSpec("transformers", "", "qwen2-tiny", str(checkpoint), "f32", "cpu", [], 1, 0, 0, list(ids), n_prefill, 64, "")
     runner = Runner(spec)
     runner.load()
     return runner.score(ids, n_prefill)

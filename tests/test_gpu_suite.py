@@ -83,5 +83,5 @@ def test_a_budget_cuts_the_running_child_and_starts_no_more(tiny, tmp_path, monk
 def test_a_budget_that_is_no_number_of_seconds_is_refused(budget, tmp_path):
     out = subprocess.run([sys.executable, "-m", "harness.cli", "run", "qwen2-tiny", "--budget", budget, "--out", str(tmp_path)],
                          cwd=ROOT, capture_output=True, text=True, timeout=120)  # fmt: skip
-    assert out.returncode == 1 and out.stdout.strip().startswith(f"--budget {float(budget)}"), out.stdout + out.stderr
+    assert out.returncode == 1 and out.stdout.strip().startswith(f"error: --budget {float(budget)}"), out.stdout + out.stderr
     assert not list(tmp_path.iterdir())

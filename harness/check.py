@@ -97,9 +97,11 @@ QUANT_TOLERANCES = {"f16": TOLERANCES["f16"], "q8_0": float("inf"), "int8": floa
 TRUTH_RATIO_BOUNDS = {"f32": 10.0, "f16": 4.0, "bf16": 4.0}
 
 
-def truth_ratio_bound(quant: str | None, dtype: str) -> float:
-    """A row's truth_ratio bound: its run dtype's, or none (infinity) for quantized weights."""
-    return float("inf") if quant else TRUTH_RATIO_BOUNDS.get(dtype, TRUTH_RATIO_BOUNDS["f32"])
+def truth_ratio_bound(quant: str | None, dtype: str, runner: str = "") -> float:
+    """A row's truth_ratio bound: its run dtype's; none (infinity) for quantized weights or a row that computes in
+    another dtype than the run's (linnet-ort-f16 in an f32 run: its ratio is over an f32 reference's distance)."""
+    own = next((d for d in TRUTH_RATIO_BOUNDS if runner.endswith(f"-{d}")), dtype)
+    return float("inf") if quant or own != dtype else TRUTH_RATIO_BOUNDS.get(dtype, TRUTH_RATIO_BOUNDS["f32"])
 
 
 @dataclass(frozen=True)
@@ -412,7 +414,7 @@ def compare_runs(cand_path: Path, cand: ResultFile, base_path: Path, base: Resul
         quant = getattr(cand_rows.get(runner), "quant", None) or (RUNNERS[runner].quant if runner in RUNNERS else None)
         accuracy = accuracy_bound(runner, quant, run_dtype(cand))
         row = compare_row(runner, cand_rows.get(runner), base_rows.get(runner), bound, accuracy,
-                          truth_ratio_bound(quant, run_dtype(cand)))  # fmt: skip
+                          truth_ratio_bound(quant, run_dtype(cand), runner))  # fmt: skip
         if row.baseline_status == row.candidate_status == "ok" and not any(f.subject == "figures" for f in row.findings):
             compare_metrics(row, cand_rows[runner], base_rows[runner], refs, thresholds, paired, run_pairs)
         comparison.rows.append(row)

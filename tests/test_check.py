@@ -185,6 +185,7 @@ def test_bf16_rows_get_the_bf16_bound(tmp_path, distance, passes):
     ("linnet-cudagraphs", 3.5, True),  # rounds at other places than transformers: within 4x its error
     ("linnet-cudagraphs", 25.0, False),  # a wrong row: its distance from the truth is 25x the reference's
     ("linnet-torch-int8", 25.0, True),  # int8 weights: judged by its accuracy bounds, not by the truth ratio
+    ("linnet-ort-f16", 25.0, True),  # computes in f16 in a bf16 run: its ratio is over another dtype's distance
 ])
 def test_a_bf16_row_is_held_to_its_truth_ratio_bound(tmp_path, runner, ratio, passes):
     """The truth ratio (a row's distance from the float64 truth over the reference's) catches a wrong row that the

@@ -320,7 +320,8 @@ def distance_note(result: ResultFile) -> str:
         "fed the same tokens. It gives each row's distance from that truth as a multiple of the reference's own: a row "
         "that rounds as the reference does sits near 1x, a wrong row far above it, and if every row sits far below 1x "
         f"the reference itself is wrong. `linnet-bench check` fails a {dtype} row beyond "
-        f"{truth_ratio_bound(None, dtype):g}x; rows with quantized weights are judged by KL and top-1 instead."
+        f"{truth_ratio_bound(None, dtype):g}x; rows with quantized weights, or computing in another dtype than the "
+        "run's, are judged by KL and top-1 instead."
     )
     if dtype == "f32":
         bound = tolerance(REFERENCE, "f32", result.model, layers=run_layers(result))  # what `linnet-bench check` holds this model's f32 rows to

@@ -147,12 +147,7 @@ def check(
     if json_path is not None and json_path.is_dir():
         raise UserError(f"--json {json_path}: a directory; give a file name, e.g. {json_path / 'report.json'}")
     report = checks.check(candidate, baseline, thresholds, ratios=ratios, paired=paired or gate)
-    for comparison in report.comparisons:
-        console.print(checks.header(comparison), highlight=False, soft_wrap=True)
-        if comparison.rows:
-            console.print(checks.table(comparison))
-        for line in checks.finding_lines(comparison):
-            console.print(line, highlight=False, soft_wrap=True)
+    print_comparisons(console, report)
     if json_path is not None:
         try:
             json_path.parent.mkdir(parents=True, exist_ok=True)
@@ -162,6 +157,16 @@ def check(
     console.print(checks.verdict(report), highlight=False, soft_wrap=True)
     if not report.passed:
         raise typer.Exit(1)
+
+
+def print_comparisons(out: Console, report: checks.Report) -> None:
+    """Each model's comparison as `check` prints it: its header, its table, its findings (file text escaped)."""
+    for comparison in report.comparisons:
+        out.print(checks.header(comparison), highlight=False, soft_wrap=True)
+        if comparison.rows:
+            out.print(checks.table(comparison))
+        for line in checks.finding_lines(comparison):
+            out.print(line, highlight=False, soft_wrap=True)
 
 
 @app.command("merge")

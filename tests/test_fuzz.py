@@ -257,14 +257,10 @@ def printed(report) -> None:
     from rich.console import Console
 
     from harness import check as checks
+    from harness.cli import print_comparisons
 
     console = Console(width=120, record=True, color_system=None)
-    for comparison in report.comparisons:
-        console.print(checks.header(comparison), highlight=False, soft_wrap=True)
-        if comparison.rows:
-            console.print(checks.table(comparison))
-        for line in checks.finding_lines(comparison):
-            console.print(line, highlight=False, soft_wrap=True)
+    print_comparisons(console, report)
     console.print(checks.verdict(report), highlight=False, soft_wrap=True)
 
 

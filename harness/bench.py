@@ -393,7 +393,7 @@ class Reference:
         self.link()
 
     def link(self) -> None:
-        """The reference's own distance from the truth, once both have run (in either order on a cluster)."""
+        """The reference's own distance from the truth, once both have run (the truth first, locally and on a cluster)."""
         if self.logits is not None and self.truth is not None and self.truth.shape == self.logits.shape:
             self.truth_distance = max_difference(self.logits, self.truth)
 

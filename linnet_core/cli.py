@@ -54,15 +54,20 @@ def compile_(
     max_positions: int = typer.Option(768, help="static KV cache positions"),
     rows: int = typer.Option(1, help="static KV cache rows (serving uses more)"),
     quant: Optional[str] = typer.Option(None, help="weight-only quantization of the linear layers: int8 (targets torch, onnx)"),
+    fused_attention: bool = typer.Option(False, "--fused-attention", help="onnx: attention as ONNX Runtime's "
+                                         "GroupQueryAttention (its CPU provider; CUDA's in f16/bf16 only)"),
 ) -> None:
     """Write MODEL's artefacts for one engine (generated source, serialized graphs) into OUT."""
     from linnet_core.arch import build_decoder
 
     dtypes.check(dtype)
     check_quant(quant, target)
+    if fused_attention and target != "onnx":
+        raise UserError(f"--fused-attention is for the onnx target, not {target}")
     write = compile_function(target)
     entry, ckpt = resolve(model, weights)
-    files = write(build_decoder(entry.config), ckpt, out, CompileOptions(dtype, max_positions, rows, quant))
+    options = CompileOptions(dtype, max_positions, rows, quant, fused_attention)
+    files = write(build_decoder(entry.config), ckpt, out, options)
     for f in files:
         console.print(f"wrote {literal(f, 4096)}", soft_wrap=True, highlight=False)
 

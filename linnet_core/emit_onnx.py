@@ -1,26 +1,34 @@
 """The ONNX emitter: Linnet's model description rendered node by node with onnx.helper into one ONNX graph that
-serves prefill and decode alike, with its static KV cache as an input and an output (the `onnx` compile target).
+serves prefill and decode alike, with its static KV cache as inputs and outputs (the `onnx` compile target).
 
 One graph, two shapes: prefill runs it with B = 1 batch entry and T = the prompt's tokens, decode with B = every
 cache row and T = 1, so one session loads the weights once. Its inputs and outputs:
 
-    tokens          int64 [B, T]                  token ids
-    positions       int64 [B, T]                  their positions in their rows
-    rows            int64 [B]                     the cache row each batch entry reads and writes
-    cache           dtype [R, L, 2, KV, P, D]     rows x layers x (k, v) x kv heads x positions x head dim
+    tokens                      int64 [B, T]            token ids
+    positions                   int64 [B, T]            their positions in their rows
+    past_key_values.{l}.key     dtype [B, KV, P, D]     layer l's cached keys of the B rows (and .value)
   ->
-    next_tokens     int64 [B, 1]                  greedy argmax at the last position: the next step's tokens
-    next_positions  int64 [B, 1]                  the last position + 1: the next step's positions
-    logits          f32   [B, V]                  the last position's logits (read only when scoring)
-    cache_out       dtype [R, L, 2, KV, P, D]     the cache with this call's keys and values written in
+    next_tokens                 int64 [B, 1]            greedy argmax at the last position: the next step's tokens
+    next_positions              int64 [B, 1]            the last position + 1: the next step's positions
+    logits                      f32   [B, V]            the last position's logits (read only when scoring)
+    present.{l}.key             dtype [B, KV, P, D]     the same cache with this call's keys written in (and .value)
 
-Nothing grows or is concatenated onto the cache: each layer scatters its new keys and values into its rows' slice
-at their positions and attends over all P positions masked to those <= the query's (stale entries of an earlier
-sequence in the row are never read); one ScatterND writes every layer's new entries into cache_out. The tied
-embedding is one initializer, read by the prologue's Gather and by the head's Gemm (transB).
+Nothing grows or is concatenated onto the cache: each layer writes its new keys and values at their positions and
+attends over its row's positions up to the query's (stale entries of an earlier sequence in the row are never
+read). Each `present` is meant to be bound to the same memory as its `past` (linnet_core/ort_engine.py does): a call
+then writes only its new entries. Which B rows a call reads is the caller's choice of memory, so the graph has no
+row input.
 
-Values are [B, T, ...] throughout and every Reshape uses only 0 (keep) and -1 (infer), so the graph has no Shape
-nodes: everything can stay on a GPU (and be captured as a CUDA graph)."""
+Attention takes one of two forms (CompileOptions.fused_attention):
+- fused: ONNX Runtime's RotaryEmbedding and GroupQueryAttention contrib ops, three nodes a layer where the plain
+  form has about thirty. Their CPU kernels take f32 and f16; CUDA's GroupQueryAttention only 16-bit; TensorRT
+  neither. ONNX Runtime's GroupQueryAttention reads the cache sharing its past and present buffers.
+- plain: standard ONNX operators only (every provider): ScatterElements writes the new entries, a MatMul against all
+  P positions, a mask of positions <= the query's, Softmax, MatMul.
+
+The tied embedding is one initializer, read by the prologue's Gather and by the head's Gemm (transB). Values are
+[B, T, ...] throughout and every Reshape uses only 0 (keep) and -1 (infer), so the graph has no Shape nodes:
+everything can stay on a GPU (and be captured as a CUDA graph)."""
 
 from __future__ import annotations
 
@@ -57,6 +65,17 @@ I64 = TensorProto.INT64
 INT8_BLOCK = 32
 INT8_ACCURACY_LEVEL = 4
 CONTRIB = "com.microsoft"
+KV = ("key", "value")
+
+
+def past_name(layer: int, kv: str) -> str:
+    """The graph input of layer `layer`'s cached keys ("key") or values ("value")."""
+    return f"past_key_values.{layer}.{kv}"
+
+
+def present_name(layer: int, kv: str) -> str:
+    """The graph output of the same cache with this call's entries written in."""
+    return f"present.{layer}.{kv}"
 
 
 class GraphBuilder:
@@ -82,9 +101,13 @@ class GraphBuilder:
     ) -> str:
         """Adds one node; returns its output (named `out` exactly, or `name` in the current scope)."""
         output = out or self.fresh(name or op_type.lower())
-        self.taken.add(output)
-        self.nodes.append(helper.make_node(op_type, list(inputs), [output], name=output, doc_string=doc, **attrs))
-        return output
+        return self.node(op_type, inputs, (output,), doc, **attrs)[0]
+
+    def node(self, op_type: str, inputs, outputs: tuple[str, ...], doc: str = "", **attrs) -> tuple[str, ...]:
+        """Adds one node with outputs named exactly `outputs`; returns them."""
+        self.taken.update(outputs)
+        self.nodes.append(helper.make_node(op_type, list(inputs), list(outputs), name=outputs[0], doc_string=doc, **attrs))
+        return outputs
 
     def tensor(self, name: str, array: np.ndarray, elem_type: int, doc: str = "") -> str:
         """An initializer from an array already in its ONNX dtype; added once per name."""
@@ -112,15 +135,16 @@ class GraphBuilder:
 class OnnxEmitter:
     """Renders a Decoder as one ONNX model in one compute dtype, over a cache of `rows` x `max_positions`."""
 
-    def __init__(self, decoder: Decoder, dtype: str, rows: int, max_positions: int, quant: str | None = None):
+    def __init__(self, decoder: Decoder, dtype: str, rows: int, max_positions: int, quant: str | None = None,
+                 fused_attention: bool = False):  # fmt: skip
         assert dtype in DTYPES, dtype
         assert quant in (None, "int8"), quant
-        self.quant = quant
+        self.quant, self.fused_attention = quant, fused_attention
         self.decoder, self.config = decoder, decoder.config
         self.dtype, (self.elem, self.np_dtype) = dtype, DTYPES[dtype]
         self.rows, self.max_positions = rows, max_positions
         c = self.config
-        self.cache_shape = [rows, c.num_hidden_layers, 2, c.num_key_value_heads, max_positions, c.head_dim]
+        self.layer_cache_shape = ["B", c.num_key_value_heads, max_positions, c.head_dim]
         self.g = GraphBuilder()
 
     # ---- the whole graph ---------------------------------------------------------------------------------
@@ -128,7 +152,6 @@ class OnnxEmitter:
     def build(self, tensors: dict[str, np.ndarray]) -> onnx.ModelProto:
         """tensors: the checkpoint's arrays by Hugging Face name (any float dtype)."""
         self.tensors, self.hf_names = tensors, self.decoder.hf_names()
-        self.new_kv: list[str] = []  # per layer: k, v [B, 1, 1, KV, T, D], written into cache_out at the end
         env = {"tokens": "tokens", "positions": "positions"}
         self.render(self.decoder.prologue, env, {w.name: w.name for w in self.decoder.global_weights})
         for layer in range(self.config.num_hidden_layers):
@@ -140,7 +163,6 @@ class OnnxEmitter:
         # and the head. x [B, T, H] -> [B, H]
         env["x"] = self.g.op("Gather", env["x"], self.g.const(-1), axis=1, name="x_last")
         self.render(self.decoder.epilogue, env, {w.name: w.name for w in self.decoder.global_weights})
-        self.write_cache()
         last = self.g.op(
             "Slice", "positions", self.g.const([-1]), self.g.const([2**62]), self.g.const([1]), name="last_position"
         )
@@ -155,20 +177,21 @@ class OnnxEmitter:
 
     def model(self) -> onnx.ModelProto:
         c, dt = self.config, self.elem
+        layers = range(c.num_hidden_layers)
         inputs = [
             helper.make_tensor_value_info("tokens", I64, ["B", "T"]),
             helper.make_tensor_value_info("positions", I64, ["B", "T"]),
-            helper.make_tensor_value_info("rows", I64, ["B"]),
-            helper.make_tensor_value_info("cache", dt, self.cache_shape),
+            *(helper.make_tensor_value_info(past_name(n, kv), dt, self.layer_cache_shape) for n in layers for kv in KV),
         ]
         outputs = [
             helper.make_tensor_value_info("next_tokens", I64, ["B", 1]),
             helper.make_tensor_value_info("next_positions", I64, ["B", 1]),
             helper.make_tensor_value_info("logits", F32, ["B", c.vocab_size]),
-            helper.make_tensor_value_info("cache_out", dt, self.cache_shape),
+            *(helper.make_tensor_value_info(present_name(n, kv), dt, self.layer_cache_shape) for n in layers for kv in KV),
         ]
         graph = helper.make_graph(self.g.nodes, "linnet_decoder", inputs, outputs, list(self.g.initializers.values()))
-        opsets = [helper.make_opsetid("", OPSET)] + ([helper.make_opsetid(CONTRIB, 1)] if self.quant else [])
+        contrib = self.quant or self.fused_attention
+        opsets = [helper.make_opsetid("", OPSET)] + ([helper.make_opsetid(CONTRIB, 1)] if contrib else [])
         model = helper.make_model(
             graph, opset_imports=opsets, ir_version=IR_VERSION, producer_name="linnet",
             doc_string=f"Linnet {self.dtype} decoder: one graph for prefill (B=1, T=prompt) and decode (B=rows, T=1)",
@@ -178,7 +201,8 @@ class OnnxEmitter:
             "linnet.rows": str(self.rows),
             "linnet.max_positions": str(self.max_positions),
             "linnet.quant": self.quant or "none",
-            "linnet.cache_layout": "rows, layers, k/v, kv_heads, positions, head_dim",
+            "linnet.attention": "fused" if self.fused_attention else "plain",
+            "linnet.cache_layout": "per layer and k/v: rows, kv_heads, positions, head_dim",
         })  # fmt: skip
         return model
 
@@ -262,12 +286,20 @@ class OnnxEmitter:
         return self.g.op("Add", y, self.weight(bias), name=op.out[0], doc=op.shape) if bias else y
 
     def rope(self, op: Op, q: str, k: str, positions: str) -> tuple[str, str]:
-        """x * cos + rotate_half(x) * sin on each head, rotate_half(x) = [-x2, x1] for the halves x1, x2 of its D.
-        Rendered as x * cos + [x2, x1] * [-sin, sin]: one Gather swaps the halves, the sign lives in the table.
-
-        q [B, T, NQ*D], k [B, T, KV*D] -> as heads [B, T, NQ, D], [B, T, KV, D], rotated by their positions"""
+        """q [B, T, NQ*D] and k [B, T, KV*D] rotated by their positions: x * cos + rotate_half(x) * sin on each head,
+        rotate_half(x) = [-x2, x1] for the halves x1, x2 of its D. Fused: ONNX Runtime's RotaryEmbedding, one node
+        each, returning [B, T, N*D]. Plain: x * cos + [x2, x1] * [-sin, sin] (one Gather swaps the halves, the sign
+        lives in the table), returning heads [B, T, N, D]."""
         d = op.attrs["head_dim"]
-        cos, signed_sin = self.rope_tables(positions, d, inverse_frequencies(d, op.attrs["theta"], op.attrs["scaling"]))
+        inv_freq = inverse_frequencies(d, op.attrs["theta"], op.attrs["scaling"])
+        if self.fused_attention:
+            cos, sin = self.per_rope_table("_rope_positions", inv_freq, lambda: self.position_tables(inv_freq))
+            return tuple(
+                self.g.op("RotaryEmbedding", x, self.write_positions(), cos, sin, domain=CONTRIB, num_heads=heads,
+                          interleaved=0, name=f"{name}_roped")  # fmt: skip
+                for x, heads, name in ((q, op.attrs["heads"], "q"), (k, op.attrs["kv_heads"], "k"))
+            )
+        cos, signed_sin = self.per_rope_table("_rope", inv_freq, lambda: self.rope_tables(positions, d, inv_freq))
         swap = self.g.const(np.r_[np.arange(d // 2, d), np.arange(d // 2)], name="swap_halves")
         out = []
         for x, heads, name in ((q, op.attrs["heads"], "q"), (k, op.attrs["kv_heads"], "k")):
@@ -279,27 +311,34 @@ class OnnxEmitter:
         return out[0], out[1]
 
     def rope_tables(self, positions: str, d: int, inv_freq: np.ndarray) -> tuple[str, str]:
-        """cos and [-sin, sin] of the halves, [B, T, 1, D], once per graph: the angles in f32 as transformers
+        """cos and [-sin, sin] of the halves at the positions, [B, T, 1, D]: the angles in f32 as transformers
         computes them, then cast to the compute dtype."""
         g = self.g
+        pos = g.op("Cast", positions, to=F32, name="positions_f32")
+        pos = g.op("Unsqueeze", pos, g.const([-1, -2]), name="positions_4d")  # [B, T, 1, 1]
+        freqs = g.op("Mul", pos, g.tensor("rope.inv_freq", inv_freq.astype(np.float32), F32), name="rope_freqs")
+        angles = g.op("Concat", freqs, freqs, axis=-1, name="rope_angles")  # [B, T, 1, D]
+        sign = g.const(np.r_[-np.ones(d // 2), np.ones(d // 2)], np.float32, "sin_sign")
+        cos = g.op("Cos", angles, name="rope_cos_f32")
+        signed_sin = g.op("Mul", g.op("Sin", angles, name="rope_sin_f32"), sign, name="rope_signed_sin_f32")
+        return self.cast(cos, self.elem, "rope_cos"), self.cast(signed_sin, self.elem, "rope_signed_sin")
 
-        def make():
-            pos = g.op("Cast", positions, to=F32, name="positions_f32")
-            pos = g.op("Unsqueeze", pos, g.const([-1, -2]), name="positions_4d")  # [B, T, 1, 1]
-            freqs = g.op("Mul", pos, g.tensor("rope.inv_freq", inv_freq.astype(np.float32), F32), name="rope_freqs")
-            angles = g.op("Concat", freqs, freqs, axis=-1, name="rope_angles")  # [B, T, 1, D]
-            sign = g.const(np.r_[-np.ones(d // 2), np.ones(d // 2)], np.float32, "sin_sign")
-            cos = g.op("Cos", angles, name="rope_cos_f32")
-            signed_sin = g.op("Mul", g.op("Sin", angles, name="rope_sin_f32"), sign, name="rope_signed_sin_f32")
-            return self.cast(cos, self.elem, "rope_cos"), self.cast(signed_sin, self.elem, "rope_signed_sin")
+    def position_tables(self, inv_freq: np.ndarray) -> tuple[str, str]:
+        """cos and sin of every cache position's angles, [P, D/2] (RotaryEmbedding's tables): the angles in f32 as
+        transformers computes them, then cast to the compute dtype."""
+        angles = np.arange(self.max_positions, dtype=np.float32)[:, None] * inv_freq.astype(np.float32)[None, :]
+        cos, sin = (f(angles).astype(np.float32).astype(self.np_dtype) for f in (np.cos, np.sin))
+        return (self.g.tensor("rope.cos", cos, self.elem, "[P, D/2]"), self.g.tensor("rope.sin", sin, self.elem, "[P, D/2]"))
 
-        tables = self.__dict__.setdefault("_rope_tables", [])  # one pair per distinct table (Gemma has two)
-        key = inv_freq.tobytes()
-        tables.append(key) if key not in tables else None
-        n = tables.index(key)
-        if n:  # the second table's values get names of their own
-            return self.once(f"_rope{n}", lambda: self.with_suffix(f".{n}", make))
-        return self.once("_rope", make)
+    def per_rope_table(self, key: str, inv_freq: np.ndarray, make) -> tuple[str, str]:
+        """make()'s tables once per graph and distinct frequencies (Gemma 3 has two); the second's names get a suffix."""
+        tables = self.__dict__.setdefault("_rope_frequencies", [])
+        bytes_ = inv_freq.tobytes()
+        tables.append(bytes_) if bytes_ not in tables else None
+        n = tables.index(bytes_)
+        if n:
+            return self.once(f"{key}{n}", lambda: self.with_suffix(f".{n}", make))
+        return self.once(key, make)
 
     def with_suffix(self, suffix: str, make):
         """make() with `suffix` added to the names of the initializers it creates."""
@@ -311,17 +350,34 @@ class OnnxEmitter:
             self.g.tensor = tensor
 
     def attention(self, op: Op, q: str, k: str, v: str, positions: str) -> str:
-        """Writes k, v into this layer's slice of the batch rows' cache at the positions, then attends over all
-        P positions, masked to those <= the query's. Query heads are grouped by the kv head they share (GQA).
+        """Writes k, v into this layer's cache at the positions, then attends over the row's positions up to the
+        query's (and within a sliding window, where the op has one). Query heads are grouped by the kv head they
+        share (GQA). q, k as rope returned them, v [B, T, KV*D] -> a [B, T, NQ*D]"""
+        if self.fused_attention:
+            return self.group_query_attention(op, q, k, v)
+        return self.plain_attention(op, q, k, v, positions)
 
-        q [B, T, NQ, D], k [B, T, KV, D] (roped), v [B, T, KV*D] -> a [B, T, NQ*D]"""
+    def group_query_attention(self, op: Op, q: str, k: str, v: str) -> str:
+        """ONNX Runtime's GroupQueryAttention over this layer's past and present, which share their buffer: it writes
+        the new k, v at each row's positions (seqlens_k: the last one) and attends causally."""
+        d = op.attrs["head_dim"]
+        attrs = {"num_heads": op.attrs["heads"], "kv_num_heads": op.attrs["kv_heads"], "scale": op.attrs.get("scale", d**-0.5)}
+        if op.attrs.get("window"):  # a query sees the last `window` positions, its own included
+            attrs["local_window_size"] = op.attrs["window"]
+        seqlens, total = self.sequence_lengths()
+        past = [past_name(self.layer, kv) for kv in KV]
+        outputs = (self.g.fresh("a"), *(present_name(self.layer, kv) for kv in KV))
+        return self.g.node("GroupQueryAttention", [q, k, v, *past, seqlens, total], outputs, op.shape, domain=CONTRIB,
+                           **attrs)[0]  # fmt: skip
+
+    def plain_attention(self, op: Op, q: str, k: str, v: str, positions: str) -> str:
+        """q [B, T, NQ, D], k [B, T, KV, D] (roped heads), v [B, T, KV*D] -> a [B, T, NQ*D]"""
         g, nq, kv, d = self.g, op.attrs["heads"], op.attrs["kv_heads"], op.attrs["head_dim"]
         group, p = nq // kv, self.max_positions
         k_new = g.op("Transpose", k, perm=[0, 2, 1, 3], name="k_new")  # [B, KV, T, D]
         v_heads = g.op("Reshape", v, g.const([0, 0, kv, d]), name="v_heads")
         v_new = g.op("Transpose", v_heads, perm=[0, 2, 1, 3], name="v_new")
-        keys = self.cached(0, k_new, "keys")  # [B, KV, P, D]
-        values = self.cached(1, v_new, "values")
+        keys, values = (self.cached(kind, new) for kind, new in zip(KV, (k_new, v_new)))  # [B, KV, P, D]
         # q [B, T, NQ, D] -> [B, T, KV, G, D] -> [B, KV, G, T, D] -> [B, KV, G*T, D]
         qg = g.op("Reshape", q, g.const([0, 0, kv, group, d]), name="q_groups")
         qg = g.op("Transpose", qg, perm=[0, 2, 3, 1, 4], name="q_by_kv")
@@ -341,14 +397,11 @@ class OnnxEmitter:
         a = g.op("Transpose", a, perm=[0, 3, 1, 2, 4], name="attended_by_token")  # [B, T, KV, G, D]
         return g.op("Reshape", a, g.const([0, 0, nq * d]), name="a", doc=op.shape)
 
-    def cached(self, kv: int, new: str, name: str) -> str:
-        """This layer's keys (kv=0) or values (kv=1) of the batch rows, with new [B, KV, T, D] written at the
-        positions: [B, KV, P, D]. The new entries are also kept for cache_out."""
-        g = self.g
-        index = g.op("Add", self.row_index(), g.const([[0, self.layer, kv]]), name=f"{name}_index")  # [B, 3]
-        old = g.op("GatherND", "cache", index, name=f"{name}_old")  # [B, KV, P, D]
-        self.new_kv.append(g.op("Unsqueeze", new, g.const([1, 2]), name=f"{name}_new"))  # [B, 1, 1, KV, T, D]
-        return g.op("ScatterElements", old, self.write_index(), new, axis=2, name=name)
+    def cached(self, kind: str, new: str) -> str:
+        """This layer's keys ("key") or values ("value") of the B rows with new [B, KV, T, D] written at the
+        positions: the graph's present output, [B, KV, P, D]."""
+        past, present = past_name(self.layer, kind), present_name(self.layer, kind)
+        return self.g.op("ScatterElements", past, self.write_index(), new, axis=2, out=present, doc="[B, KV, P, D]")
 
     # ---- position bookkeeping, once per graph ------------------------------------------------------------------
 
@@ -366,14 +419,18 @@ class OnnxEmitter:
         last = self.g.const(self.max_positions - 1)
         return self.once("_write_pos", lambda: self.g.op("Min", "positions", last, name="write_positions"))
 
-    def row_index(self) -> str:
-        """[[row, 0, 0]] for each batch entry, [B, 3]: GatherND's (row, layer, k/v) before the layer is added."""
+    def sequence_lengths(self) -> tuple[str, str]:
+        """GroupQueryAttention's seqlens_k (each row's last written position, int32 [B]) and total_sequence_length
+        (the longest row's length, an int32 scalar)."""
+        g = self.g
 
         def make():
-            rows = self.g.op("Unsqueeze", "rows", self.g.const([1]), name="rows_col")  # [B, 1]
-            return self.g.op("Mul", rows, self.g.const([[1, 0, 0]]), name="row_index")
+            last = g.op("ReduceMax", self.write_positions(), g.const([1]), keepdims=0, name="last_positions")  # [B]
+            longest = g.op("Add", g.op("ReduceMax", last, keepdims=0, name="longest_last"), g.const(1), name="longest")
+            return (g.op("Cast", last, to=TensorProto.INT32, name="seqlens_k"),
+                    g.op("Cast", longest, to=TensorProto.INT32, name="total_sequence_length"))  # fmt: skip
 
-        return self.once("_row_index", make)
+        return self.once("_sequence_lengths", make)
 
     def write_index(self) -> str:
         """The write positions [B, T] as ScatterElements' index along the position axis: [B, KV, T, D]."""
@@ -402,25 +459,6 @@ class OnnxEmitter:
             return g.op("Where", visible, zero, lowest, name="mask" if window is None else f"mask_window_{window}")
 
         return self.once("_mask" if window is None else f"_mask_{window}", make)
-
-    def write_cache(self) -> None:
-        """cache_out = the cache with every layer's new keys and values at (row, layer, k/v, head, position):
-        one ScatterND with index [B, L, 2, KV, T, 5] and updates [B, L, 2, KV, T, D]."""
-        g, c = self.g, self.config
-        n_layers, kv, d = c.num_hidden_layers, c.num_key_value_heads, c.head_dim
-        updates = g.op("Concat", *self.new_kv, axis=1, name="new_kv_flat")  # [B, 2L, 1, KV, T, D]: k0, v0, k1, v1...
-        updates = g.op("Reshape", updates, g.const([0, n_layers, 2, kv, -1, d]), name="new_kv")
-        # The index's parts, broadcast against each other: row [B, 1, 1, 1, 1, 1], (layer, k/v, head)
-        # [1, L, 2, KV, 1, 3] and position [B, 1, 1, 1, T, 1], each added to zeros of the full [B, L, 2, KV, T, 1].
-        rows = g.op("Reshape", "rows", g.const([-1, 1, 1, 1, 1, 1]), name="rows_6d")
-        pos = g.op("Reshape", self.write_positions(), g.const([0, 1, 1, 1, -1, 1]), name="write_positions_6d")
-        lkh = np.stack(np.meshgrid(np.arange(n_layers), np.arange(2), np.arange(kv), indexing="ij"), -1)
-        lkh = g.const(lkh.reshape(1, n_layers, 2, kv, 1, 3), name="layer_kv_head")
-        zero = g.op("Mul", g.op("Add", rows, pos, name="rows_pos"), g.const(0), name="zero_b_t")
-        zero = g.op("Add", zero, g.const(np.zeros((1, n_layers, 2, kv, 1, 1)), name="zeros_lkh"), name="zero_grid")
-        parts = [g.op("Add", x, zero, name=f"index_{n}") for x, n in ((rows, "rows"), (lkh, "lkh"), (pos, "positions"))]
-        index = g.op("Concat", *parts, axis=-1, name="cache_index")  # [B, L, 2, KV, T, 5]
-        g.op("ScatterND", "cache", index, updates, out="cache_out", doc="[R, L, 2, KV, P, D]")
 
     # ---- the rest of the block and the epilogue --------------------------------------------------------------
 
@@ -453,9 +491,10 @@ class OnnxEmitter:
 
 
 def build_model(
-    decoder: Decoder, tensors: dict[str, np.ndarray], dtype: str, rows: int, max_positions: int, quant: str | None = None
+    decoder: Decoder, tensors: dict[str, np.ndarray], dtype: str, rows: int, max_positions: int, quant: str | None = None,
+    fused_attention: bool = False,
 ) -> onnx.ModelProto:
-    return OnnxEmitter(decoder, dtype, rows, max_positions, quant).build(tensors)
+    return OnnxEmitter(decoder, dtype, rows, max_positions, quant, fused_attention).build(tensors)
 
 
 def save_model(model: onnx.ModelProto, out: Path) -> list[Path]:
@@ -470,7 +509,9 @@ def save_model(model: onnx.ModelProto, out: Path) -> list[Path]:
 
 def write_onnx(decoder: Decoder, checkpoint: Path, out: Path, options: CompileOptions) -> list[Path]:
     """The `onnx` compile target: one model for options.dtype over a cache of options.batch x options.max_positions,
-    its linear layers and head in int8 blocks when options.quant is "int8"."""
+    its linear layers and head in int8 blocks when options.quant is "int8", its attention fused when
+    options.fused_attention."""
     tensors = load_weights(checkpoint, "np")
-    model = build_model(decoder, tensors, options.dtype, options.batch, options.max_positions, options.quant)
+    model = build_model(decoder, tensors, options.dtype, options.batch, options.max_positions, options.quant,
+                        options.fused_attention)  # fmt: skip
     return save_model(model, Path(out))

@@ -7,14 +7,13 @@ prepared once, so a step is one run call, no allocation and no transfer but the 
 the host. On CUDA the two decode bindings are replayed as two captured CUDA graphs where ONNX Runtime can
 capture them.
 
-The cache is updated in place on the CPU and CUDA providers: `cache` and `cache_out` are bound to one buffer.
-The graph writes cache_out with one ScatterND from `cache`, and ONNX Runtime's ScatterND (CPU and CUDA kernels)
-copies its input to its output only when they are different buffers, so a step writes just the new keys and
-values instead of copying the whole cache. ONNX Runtime does not promise aliasing in general; it is safe for this
-graph whatever the order of its nodes, because every reader of `cache` replaces the slots this call writes with
-the same new values (ScatterElements before attention), so it reads the same whether the update has landed or not.
-TensorRT compiles the graph into its own kernels, which promise nothing of the kind: there the cache ping-pongs
-between two buffers as the tokens do."""
+The cache is one buffer [L, 2, R, KV, P, D] (layers, k/v, rows, kv heads, positions, head dim), updated in place:
+each layer's `past_key_values.{l}.key` input and `present.{l}.key` output (and .value) are bound to the same slice
+of it, the B rows a call reads (every row in decode, one in prefill), so a step writes just its new keys and values.
+ONNX Runtime's GroupQueryAttention is built for a past and present that share their buffer; the plain graph's
+ScatterElements reads its past only to write its present, so the two aliasing changes nothing it reads. TensorRT
+compiles the plain graph into kernels of its own, which promise nothing of the kind (untested: no machine here
+has TensorRT)."""
 
 from __future__ import annotations
 
@@ -25,6 +24,17 @@ from pathlib import Path
 
 import numpy as np
 import onnxruntime as ort
+
+from linnet_core.emit_onnx import past_name, present_name
+
+FUSED_ATTENTION = {"cpu": ("f32", "f16"), "cuda": ("f16", "bf16")}  # provider -> the dtypes of its fused kernels
+
+
+def fuses_attention(provider: str, dtype: str) -> bool:
+    """Whether ONNX Runtime's GroupQueryAttention and RotaryEmbedding kernels run on `provider` in `dtype` (emit the
+    graph with CompileOptions.fused_attention then)."""
+    return dtype in FUSED_ATTENTION.get(provider, ())
+
 
 # provider name -> ONNX Runtime's execution provider, and where its buffers live
 PROVIDERS = {
@@ -95,7 +105,8 @@ def session_options(threads: int) -> ort.SessionOptions:
     return options
 
 
-def provider_list(settings: SessionSettings, rows: int, max_positions: int, cuda_graphs: bool) -> list:
+def provider_list(settings: SessionSettings, rows: int, max_positions: int, cache_dims: tuple[int, int, int],
+                  cuda_graphs: bool) -> list:
     """The providers a session is built with, most preferred first, with their options."""
     cuda = ("CUDAExecutionProvider", {"enable_cuda_graph": "1" if cuda_graphs else "0"})
     if settings.provider == "cpu":
@@ -103,9 +114,12 @@ def provider_list(settings: SessionSettings, rows: int, max_positions: int, cuda
     if settings.provider == "cuda":
         return [cuda, "CPUExecutionProvider"]
     # TensorRT builds one engine for one profile covering prefill (1 x T) and decode (rows x 1).
+    layers, kv, head_dim = cache_dims
 
     def shapes(b, t):
-        return f"tokens:{b}x{t},positions:{b}x{t},rows:{b}"
+        caches = ",".join(f"past_key_values.{n}.{kind}:{b}x{kv}x{max_positions}x{head_dim}"
+                          for n in range(layers) for kind in ("key", "value"))  # fmt: skip
+        return f"tokens:{b}x{t},positions:{b}x{t},{caches}"
 
     trt = {
         "trt_fp16_enable": str(settings.trt_dtype == "f16"),
@@ -135,6 +149,10 @@ class Buffer:
             # zeros, not whatever the allocator held: NaN in an unwritten cache slot would leak through the mask
             self.value.update_inplace(host_value if elem == BF16 else self.host)
 
+    @property
+    def itemsize(self) -> int:
+        return self.host.itemsize
+
     def read(self) -> np.ndarray:
         return self.host if self.device == "cpu" else self.value.numpy()
 
@@ -152,11 +170,12 @@ class OrtEngine:
         self.notes: list[str] = []
         self.use_cuda_graphs = settings.cuda_graphs and self.device == "cuda" and settings.provider == "cuda"
         self.session = self.new_session()
-        cache = next(i for i in self.session.get_inputs() if i.name == "cache")
-        self.cache_shape = cache.shape  # [R, L, 2, KV, P, D]
-        self.rows, self.max_positions = cache.shape[0], cache.shape[4]
+        self.rows, self.max_positions = self.model_dims()
+        first = next(i for i in self.session.get_inputs() if i.name == past_name(0, "key"))
+        self.layers, kv, head_dim = self.cache_dims()
+        self.cache_shape = (self.layers, 2, self.rows, kv, self.max_positions, head_dim)
         self.vocab = next(o for o in self.session.get_outputs() if o.name == "logits").shape[1]
-        self.allocate(ELEMENT_TYPES[cache.type])
+        self.allocate(ELEMENT_TYPES[first.type])
 
     # ---- sessions and buffers --------------------------------------------------------------------------------
 
@@ -166,10 +185,9 @@ class OrtEngine:
         options = session_options(self.settings.threads)
         # The cache shape is read from the file before the session exists, for TensorRT's profile.
         rows, positions = self.model_dims()
+        providers = provider_list(self.settings, rows, positions, self.cache_dims(), self.use_cuda_graphs)
         try:
-            session = ort.InferenceSession(
-                self.path, options, providers=provider_list(self.settings, rows, positions, self.use_cuda_graphs)
-            )
+            session = ort.InferenceSession(self.path, options, providers=providers)
         except Exception as e:  # ONNX Runtime raises its own Fail / RuntimeException types, re-raised below
             if not self.use_cuda_graphs:
                 raise
@@ -189,17 +207,23 @@ class OrtEngine:
         props = {p.key: p.value for p in onnx.load(self.path, load_external_data=False).metadata_props}
         return int(props["linnet.rows"]), int(props["linnet.max_positions"])
 
+    def cache_dims(self) -> tuple[int, int, int]:
+        """(layers, kv heads, head dim) from the model file's cache inputs."""
+        import onnx
+
+        graph = onnx.load(self.path, load_external_data=False).graph
+        caches = [i for i in graph.input if i.name.startswith("past_key_values.")]
+        _, kv, _, head_dim = (d.dim_value for d in caches[0].type.tensor_type.shape.dim)
+        return len(caches) // 2, kv, head_dim
+
     def allocate(self, cache_elem: int) -> None:
-        """Two of each fed-back buffer (tokens, positions; the cache only where it cannot be updated in place), the
-        row indices, the decode logits, and the two decode bindings: binding p reads buffers p, writes 1 - p."""
+        """Two of each fed-back buffer (tokens, positions), the cache (updated in place: see the module's docstring),
+        the decode logits, and the two decode bindings: binding p reads buffers p, writes 1 - p."""
         r, device = self.rows, self.device
-        self.in_place = self.settings.provider != "tensorrt"  # see the module's docstring
-        cache = Buffer(self.cache_shape, cache_elem, device)
-        self.cache = [cache, cache] if self.in_place else [cache, Buffer(self.cache_shape, cache_elem, device)]
+        self.cache = Buffer(self.cache_shape, cache_elem, device)
+        self.cache_elem = cache_elem
         self.tokens = [Buffer((r, 1), I64, device) for _ in range(2)]
         self.positions = [Buffer((r, 1), I64, device) for _ in range(2)]
-        self.all_rows = Buffer((r,), I64, device)
-        self.all_rows.write(np.arange(r, dtype=np.int64))
         self.logits = Buffer((r, self.vocab), F32, device)
         self.parity = 0  # which set holds the current state
         self.decode_bindings = [self.decode_binding(p) for p in (0, 1)]
@@ -217,13 +241,26 @@ class OrtEngine:
 
     def decode_binding(self, p: int) -> ort.IOBinding:
         io = self.session.io_binding()
-        for name, buffer in (("tokens", self.tokens[p]), ("positions", self.positions[p]), ("rows", self.all_rows),
-                             ("cache", self.cache[p])):  # fmt: skip
+        for name, buffer in (("tokens", self.tokens[p]), ("positions", self.positions[p])):
             io.bind_ortvalue_input(name, buffer.value)
         for name, buffer in (("next_tokens", self.tokens[1 - p]), ("next_positions", self.positions[1 - p]),
-                             ("logits", self.logits), ("cache_out", self.cache[1 - p])):  # fmt: skip
+                             ("logits", self.logits)):  # fmt: skip
             io.bind_ortvalue_output(name, buffer.value)
+        self.bind_cache(io, 0, self.rows)
         return io
+
+    def bind_cache(self, io: ort.IOBinding, first_row: int, rows: int) -> None:
+        """Binds every layer's past and present keys and values to rows [first_row, first_row + rows) of the one
+        cache buffer: each a contiguous [rows, KV, P, D] slice of it."""
+        _, _, r, kv, p, d = self.cache_shape
+        slab = kv * p * d * self.cache.itemsize  # one row of one layer's keys (or values), in bytes
+        base = self.cache.value.data_ptr()
+        shape = [rows, kv, p, d]
+        for layer in range(self.layers):
+            for k, kind in enumerate(("key", "value")):
+                pointer = base + ((layer * 2 + k) * r + first_row) * slab
+                io.bind_input(past_name(layer, kind), self.device, 0, self.cache_elem, shape, pointer)
+                io.bind_output(present_name(layer, kind), self.device, 0, self.cache_elem, shape, pointer)
 
     def run_options(self, graph_id: str) -> ort.RunOptions | None:
         if not self.use_cuda_graphs:
@@ -248,13 +285,11 @@ class OrtEngine:
         io = self.session.io_binding()
         io.bind_cpu_input("tokens", np.asarray(tokens, dtype=np.int64).reshape(1, n))
         io.bind_cpu_input("positions", np.arange(start, start + n, dtype=np.int64).reshape(1, n))
-        io.bind_cpu_input("rows", np.array([row], dtype=np.int64))
-        io.bind_ortvalue_input("cache", self.cache[p].value)
-        io.bind_ortvalue_output("cache_out", self.cache[1 - p].value)
+        self.bind_cache(io, row, 1)
         io.bind_output("next_tokens", "cpu")
         io.bind_output("logits", "cpu")
         self.session.run_with_iobinding(io, self.prefill_run)
-        next_tokens, logits = io.copy_outputs_to_cpu()[-2:]
+        next_tokens, logits = (value.numpy() for value in io.get_outputs()[-2:])  # bound last, after the cache
         token = int(next_tokens[0, 0])
         # The other rows keep their tokens and positions; this row's become the prefill's.
         for buffers, value in ((self.tokens, token), (self.positions, start + n)):

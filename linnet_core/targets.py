@@ -17,6 +17,9 @@ class CompileOptions:
     max_positions: int = 768  # static KV cache positions per row
     batch: int = 1  # rows of the static cache (serving uses more)
     quant: str | None = None  # weight-only quantization of the linear layers (linnet_core/quant.py): None | "int8"
+    # ONNX: attention as ONNX Runtime's RotaryEmbedding and GroupQueryAttention contrib ops (its CPU provider; CUDA's
+    # only in 16-bit) rather than standard operators that every provider runs (linnet_core/emit_onnx.py)
+    fused_attention: bool = False
 
 
 # target name -> "module:function"

@@ -9,7 +9,7 @@ import time
 from linnet_core.checkpoint import read_config
 from linnet_core.emit_onnx import INT8_ACCURACY_LEVEL, INT8_BLOCK, write_onnx
 from linnet_core.arch import build_decoder
-from linnet_core.ort_engine import PROVIDER_LABELS, OrtEngine, SessionSettings, why_unavailable
+from linnet_core.ort_engine import PROVIDER_LABELS, OrtEngine, SessionSettings, fuses_attention, why_unavailable
 from linnet_core.targets import CompileOptions
 from runners import base
 
@@ -42,7 +42,9 @@ class Runner(base.EngineRunner):
     def load(self):
         provider = self.provider_for(self.spec)
         decoder = build_decoder(read_config(self.spec.checkpoint))
-        options = CompileOptions(dtype=self.dtype, max_positions=self.spec.max_positions, batch=1, quant=self.quant)
+        fused = fuses_attention(provider, self.dtype)
+        options = CompileOptions(dtype=self.dtype, max_positions=self.spec.max_positions, batch=1, quant=self.quant,
+                                 fused_attention=fused)  # fmt: skip
         out = self.spec.work / f"onnx-{self.dtype}{'-' + self.quant if self.quant else ''}"
         self.model_path = write_onnx(decoder, self.spec.checkpoint, out, options)[0]
         trt_cache = self.spec.work / "trt-cache"
@@ -55,6 +57,8 @@ class Runner(base.EngineRunner):
             ("one graph for prefill and decode; KV cache, last token and position stay in ONNX Runtime buffers fed "
              "back by IO binding: only the next token id crosses to the host per step"),
         ]  # fmt: skip
+        if fused:
+            self.notes.append("attention as ONNX Runtime's RotaryEmbedding and GroupQueryAttention contrib ops")
         if provider == "cpu" and self.dtype == "f16":
             self.notes.append("ONNX Runtime's CPU provider runs the f16 operators it has no f16 kernel for in f32, "
                               "between casts it inserts")  # fmt: skip

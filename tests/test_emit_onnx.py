@@ -23,14 +23,16 @@ ROWS, POSITIONS = 2, 64
 
 @pytest.fixture(scope="module")
 def models(tiny, tiny_checkpoint, tmp_path_factory):
-    """dtype -> the tiny model's model.onnx, over a cache of 2 rows x 64 positions."""
+    """dtype -> the tiny model's model.onnx, over a cache of 2 rows x 64 positions ("f32-fused", "f16-fused": with
+    ONNX Runtime's GroupQueryAttention)."""
     out = tmp_path_factory.mktemp("onnx")
     decoder = build_decoder(tiny.config)
     paths = {}
-    for dtype in ("f32", "f16", "bf16"):
-        files = write_onnx(decoder, tiny_checkpoint, out / dtype, CompileOptions(dtype, POSITIONS, ROWS))
+    for name in ("f32", "f16", "bf16", "f32-fused", "f16-fused"):
+        options = CompileOptions(name.split("-")[0], POSITIONS, ROWS, fused_attention=name.endswith("-fused"))
+        files = write_onnx(decoder, tiny_checkpoint, out / name, options)
         assert [f.name for f in files] == [MODEL_FILE, DATA_FILE] and all(f.stat().st_size > 0 for f in files)
-        paths[dtype] = files[0]
+        paths[name] = files[0]
     return paths
 
 
@@ -46,12 +48,12 @@ def test_the_target_is_registered():
     assert compile_function("onnx") is write_onnx
 
 
-@pytest.mark.parametrize("dtype", ["f32", "f16", "bf16"])
+@pytest.mark.parametrize("dtype", ["f32", "f16", "bf16", "f32-fused", "f16-fused"])
 def test_onnx_checker_passes(models, dtype):
     onnx.checker.check_model(str(models[dtype]), full_check=True)  # raises on an invalid model
 
 
-@pytest.mark.parametrize("dtype", ["f32", "f16", "bf16"])
+@pytest.mark.parametrize("dtype", ["f32", "f16", "bf16", "f32-fused"])
 def test_every_weight_is_stored_once_and_the_head_reads_the_embedding(models, tiny, dtype):
     graph = graph_of(models[dtype])
     decoder = build_decoder(tiny.config)
@@ -65,21 +67,23 @@ def test_every_weight_is_stored_once_and_the_head_reads_the_embedding(models, ti
     assert [t.name for t in graph.initializer if tiny.config.vocab_size in t.dims] == ["embed.weight"]
 
 
-def test_the_cache_is_an_input_and_output_written_in_place(models, tiny):
-    graph = graph_of(models["f32"])
+@pytest.mark.parametrize("form, writer", [("f32", "ScatterElements"), ("f32-fused", "GroupQueryAttention")])
+def test_each_layers_cache_is_an_input_and_an_output_written_by_one_node(models, tiny, form, writer):
+    graph = graph_of(models[form])
     c = tiny.config
-    shape = [ROWS, c.num_hidden_layers, 2, c.num_key_value_heads, POSITIONS, c.head_dim]
+    shape = [0, c.num_key_value_heads, POSITIONS, c.head_dim]  # 0: B, the rows the caller binds
 
     def dims(v):
         return [d.dim_value for d in v.type.tensor_type.shape.dim]
 
-    assert dims(next(i for i in graph.input if i.name == "cache")) == shape
-    assert dims(next(o for o in graph.output if o.name == "cache_out")) == shape
-    # read per layer for k and v, and written once: a ScatterND of the new entries into the input buffer
-    readers = sorted(n.op_type for n in consumers(graph, "cache"))
-    assert readers == ["GatherND"] * (2 * c.num_hidden_layers) + ["ScatterND"]
-    [writer] = [n for n in graph.node if "cache_out" in n.output]
-    assert writer.op_type == "ScatterND" and writer.input[0] == "cache"
+    names = [f"{layer}.{kv}" for layer in range(c.num_hidden_layers) for kv in ("key", "value")]
+    assert [i.name for i in graph.input] == ["tokens", "positions", *(f"past_key_values.{n}" for n in names)]
+    assert [o.name for o in graph.output][3:] == [f"present.{n}" for n in names]
+    assert all(dims(v) == shape for v in [*graph.input[2:], *graph.output[3:]])
+    # each past is read by one node, the one that writes its present (so the two may share a buffer)
+    for n in names:
+        [reader] = consumers(graph, f"past_key_values.{n}")
+        assert reader.op_type == writer and f"present.{n}" in reader.output
     # one token id per row leaves the graph as an int64 argmax; logits only for scoring
     [argmax] = [n for n in graph.node if "next_tokens" in n.output]
     assert argmax.op_type == "ArgMax"
@@ -102,24 +106,24 @@ FRESH_PROCESS = textwrap.dedent("""
     assert "linnet_core" not in sys.modules
     path, tokens = sys.argv[1], json.loads(sys.argv[2])
     session = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
-    cache = session.get_inputs()[3]
-    dtype = {"tensor(float)": np.float32, "tensor(float16)": np.float16}[cache.type]
-    feeds = {"tokens": np.array([tokens]), "positions": np.arange(len(tokens))[None], "rows": np.array([0]),
-             "cache": np.zeros(cache.shape, dtype)}
-    next_tokens, next_positions, logits, _ = session.run(None, feeds)
+    feeds = {"tokens": np.array([tokens]), "positions": np.arange(len(tokens))[None]}
+    for cache in session.get_inputs()[2:]:
+        dtype = {"tensor(float)": np.float32, "tensor(float16)": np.float16}[cache.type]
+        feeds[cache.name] = np.zeros([1, *cache.shape[1:]], dtype)
+    next_tokens, next_positions, logits = session.run(None, feeds)[:3]
     print(json.dumps({"next": int(next_tokens[0, 0]), "position": int(next_positions[0, 0]), "argmax": int(logits[0].argmax())}))
 """)
 
 
-@pytest.mark.parametrize("dtype", ["f32", "f16"])
-def test_linnet_compile_writes_models_that_onnx_runtime_loads_in_a_fresh_process(tiny_checkpoint, tmp_path, dtype):
+@pytest.mark.parametrize("dtype, flags", [("f32", []), ("f16", []), ("f32", ["--fused-attention"])])
+def test_linnet_compile_writes_models_that_onnx_runtime_loads_in_a_fresh_process(tiny_checkpoint, tmp_path, dtype, flags):
     import torch
     from transformers import AutoModelForCausalLM
 
     out = tmp_path / "artefacts"
     compile_ = subprocess.run(
         [sys.executable, "-m", "linnet_core.cli", "compile", "qwen2-tiny", "--target", "onnx", "--dtype", dtype,
-         "--out", str(out), "--max-positions", "32"],
+         "--out", str(out), "--max-positions", "32", *flags],
         capture_output=True, text=True, timeout=300, check=False,
     )  # fmt: skip
     assert compile_.returncode == 0, compile_.stderr
@@ -147,3 +151,13 @@ def test_weights_in_bf16_checkpoints_are_read_without_torch(tiny, tmp_path):
         next(t for t in onnx.load(str(path)).graph.initializer if t.name == "embed.weight")
     )
     np.testing.assert_array_equal(embed, tensors["model.embed_tokens.weight"].astype(np.float32))
+
+
+def test_fused_attention_is_refused_for_another_target_in_one_line(tmp_path):
+    out = subprocess.run(
+        [sys.executable, "-m", "linnet_core.cli", "compile", "qwen2-tiny", "--target", "torch", "--out",
+         str(tmp_path / "out"), "--fused-attention"],
+        capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert out.returncode == 1 and out.stdout.strip() == "--fused-attention is for the onnx target, not torch", out
+    assert "Traceback" not in out.stderr and not (tmp_path / "out").exists()

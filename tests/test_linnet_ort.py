@@ -56,6 +56,15 @@ def test_load_and_session_building_are_reported_apart(rows, runner):
     dtype = runner.rsplit("-", 1)[1]
     assert row.notes[0].startswith(f"{dtype}; ONNX Runtime's CPU execution provider")
     assert any("only the next token id crosses to the host" in n for n in row.notes)
+    # on the CPU both dtypes run ONNX Runtime's fused attention kernels
+    assert "attention as ONNX Runtime's RotaryEmbedding and GroupQueryAttention contrib ops" in row.notes
+
+
+def test_fused_attention_is_chosen_where_onnx_runtime_has_the_kernels():
+    from linnet_core.ort_engine import fuses_attention
+
+    assert fuses_attention("cpu", "f32") and fuses_attention("cpu", "f16") and fuses_attention("cuda", "bf16")
+    assert not fuses_attention("cuda", "f32") and not fuses_attention("tensorrt", "f16")
 
 
 def test_bf16_is_skipped_because_the_cpu_provider_lacks_it(rows):

@@ -16,15 +16,14 @@ PROMPTS = {"a": [17, 5, 901, 44, 310, 2, 77, 650, 128, 9], "b": [400, 3, 3, 812,
 STEPS = 12
 
 
-@pytest.fixture(scope="module")
-def model_paths(tiny, tiny_checkpoint, tmp_path_factory):
-    """rows -> an f32 model.onnx over that many rows of 64 positions."""
+@pytest.fixture(scope="module", params=[False, True], ids=["plain", "fused"])
+def model_paths(request, tiny, tiny_checkpoint, tmp_path_factory):
+    """rows -> an f32 model.onnx over that many rows of 64 positions, with plain ONNX attention or ONNX Runtime's
+    fused GroupQueryAttention: every test here holds for both."""
     out = tmp_path_factory.mktemp("engine")
     decoder = build_decoder(tiny.config)
-    return {
-        rows: write_onnx(decoder, tiny_checkpoint, out / str(rows), CompileOptions("f32", 64, rows))[0]
-        for rows in (1, 3)
-    }
+    options = {rows: CompileOptions("f32", 64, rows, fused_attention=request.param) for rows in (1, 3)}
+    return {rows: write_onnx(decoder, tiny_checkpoint, out / str(rows), options[rows])[0] for rows in (1, 3)}
 
 
 def generate(engine: OrtEngine, row: int, prompt: list[int], steps: int) -> list[int]:
@@ -105,11 +104,11 @@ def test_providers_are_asked_not_assumed():
 
 
 def test_the_cache_is_updated_in_place(model_paths, alone):
-    """One cache buffer, bound as both the graph's cache input and its cache_out: a step writes its new keys and
-    values into it (and nothing else), where a copy would have gone to a second buffer."""
+    """One cache buffer, each layer's past and present bound to the same slice of it: a step writes its new keys
+    and values into it (and nothing else), where a copy would have gone to a second buffer."""
     engine = OrtEngine(model_paths[3])
-    assert engine.in_place and engine.cache[0] is engine.cache[1]
-    cache = engine.cache[0].read()  # a view of the one buffer: [R, L, 2, KV, P, D]
+    # a view of the one buffer, [L, 2, R, KV, P, D], as [R, L, 2, KV, P, D]
+    cache = engine.cache.read().transpose(2, 0, 1, 3, 4, 5)
     n = len(PROMPTS["a"])
     tokens = [engine.prefill(1, PROMPTS["a"])]
     assert np.abs(cache[1, :, :, :, :n]).min(axis=-1).all() and not cache[1, :, :, :, n:].any() and not cache[[0, 2]].any()

@@ -146,6 +146,11 @@ class OnnxEmitter:
         c = self.config
         self.layer_cache_shape = ["B", c.num_key_value_heads, max_positions, c.head_dim]
         self.g = GraphBuilder()
+        # With contrib ops allowed (f32): a residual add and the RMSNorm that reads it become one
+        # SkipSimplifiedLayerNormalization node; an add waits here (a, b, its output's name) until the next op shows
+        # whether it fuses.
+        self.fuse_residual_norms = fused_attention and dtype == "f32"
+        self.pending_add: tuple[str, str, str, str] | None = None
 
     # ---- the whole graph ---------------------------------------------------------------------------------
 
@@ -161,17 +166,21 @@ class OnnxEmitter:
         self.g.scope = ""
         # The epilogue's argmax is at the last position ("at": "last"): only that position needs the final norm
         # and the head. x [B, T, H] -> [B, H]
+        self.flush_add()
         env["x"] = self.g.op("Gather", env["x"], self.g.const(-1), axis=1, name="x_last")
         self.render(self.decoder.epilogue, env, {w.name: w.name for w in self.decoder.global_weights})
         last = self.g.op(
             "Slice", "positions", self.g.const([-1]), self.g.const([2**62]), self.g.const([1]), name="last_position"
         )
         self.g.op("Add", last, self.g.const([[1]]), out="next_positions", doc="[B, 1]")
+        self.flush_add()
         return self.model()
 
     def render(self, ops: tuple[Op, ...], env: dict[str, str], weight_names: dict[str, str]) -> None:
         """Each op reads env's values and its weights, and (re)defines its outputs in env."""
         for op in ops:
+            if self.pending_add and not self.fuses_with_pending_add(op, env):
+                self.flush_add()
             outs = getattr(self, op.kind)(op, *(env[i] for i in op.inputs), *(weight_names[w] for w in op.weights))
             env.update(zip(op.out, outs if isinstance(outs, tuple) else (outs,)))
 
@@ -256,6 +265,8 @@ class OnnxEmitter:
         """x / sqrt(mean(x^2) + eps) * weight. The statistics are taken in f32 inside f16/bf16 graphs, as
         transformers does: squares of f16 activations overflow past 256 and their mean loses digits; the
         normalised value is cast back and scaled in the compute dtype."""
+        if self.pending_add:  # render() checked that it fuses
+            return self.skip_rms_norm(op, weight)
         g = self.g
         x32 = self.cast(x, F32, "norm_in_f32")
         square = g.op("Pow", x32, g.const(2.0, np.float32), name="square")
@@ -473,7 +484,30 @@ class OnnxEmitter:
         return self.g.op("Mul", gelu, up, name=op.out[0], doc=op.shape)
 
     def add(self, op: Op, a: str, b: str) -> str:
-        return self.g.op("Add", a, b, name=op.out[0], doc=op.shape)
+        if not self.fuse_residual_norms:
+            return self.g.op("Add", a, b, name=op.out[0], doc=op.shape)
+        out = self.g.fresh(op.out[0])
+        self.pending_add = (a, b, out, op.shape)
+        return out
+
+    def fuses_with_pending_add(self, op: Op, env: dict[str, str]) -> bool:
+        """Whether op is an RMSNorm (of plain weights) of the pending add's sum."""
+        return op.kind == "rms_norm" and "offset" not in op.attrs and env[op.inputs[0]] == self.pending_add[2]
+
+    def flush_add(self) -> None:
+        """The pending add as an Add node, its output named as promised."""
+        if self.pending_add:
+            a, b, out, shape = self.pending_add
+            self.pending_add = None
+            self.g.op("Add", a, b, out=out, doc=shape)
+
+    def skip_rms_norm(self, op: Op, weight: str) -> str:
+        """The pending add a + b and the RMSNorm of it in one node; the sum stays available under its name."""
+        a, b, total, _ = self.pending_add
+        self.pending_add = None
+        normed = self.g.fresh(op.out[0])
+        return self.g.node("SkipSimplifiedLayerNormalization", [a, b, self.weight(weight)], (normed, "", "", total),
+                           op.shape, domain=CONTRIB, epsilon=op.attrs["eps"])[0]  # fmt: skip
 
     def logits(self, op: Op, x: str, head: str) -> str:
         # x [B, H] @ head.T -> [B, V]: Gemm reads the [V, H] head (the tied embedding) transposed in place

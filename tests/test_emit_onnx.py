@@ -159,5 +159,5 @@ def test_fused_attention_is_refused_for_another_target_in_one_line(tmp_path):
          str(tmp_path / "out"), "--fused-attention"],
         capture_output=True, text=True, timeout=300, check=False,
     )  # fmt: skip
-    assert out.returncode == 1 and out.stdout.strip() == "--fused-attention is for the onnx target, not torch", out
+    assert out.returncode == 1 and out.stdout.strip() == "error: --fused-attention is for the onnx target, not torch", out
     assert "Traceback" not in out.stderr and not (tmp_path / "out").exists()

@@ -120,6 +120,17 @@ ENTRIES = (
                     bos_token_id=2, eos_token_id=1),
         "Gemma", 262144, ("multi-query-attention", "sliding-window", "qk-norm"),
     ),
+    real(
+        "olmo-2-1b", "allenai/OLMo-2-0425-1B", "OLMo 2 1B",
+        "A 1.5B-parameter OLMo 2 decoder: multi-head attention with queries and keys RMS-normalised over the whole "
+        "projection, RMSNorms after attention and after the MLP (none before), and an untied output head.",
+        ModelConfig(model_type="olmo2", vocab_size=100352, hidden_size=2048, intermediate_size=8192,
+                    num_hidden_layers=16, num_attention_heads=16, num_key_value_heads=16,
+                    max_position_embeddings=4096, rope_theta=500_000.0, rms_norm_eps=1e-6,
+                    tie_word_embeddings=False, bos_token_id=None, eos_token_id=100257),
+        "Apache-2.0", 100256, ("multi-head-attention", "qk-norm", "post-norm"),
+        links={"GitHub": "https://github.com/allenai/OLMo", "arXiv": "https://arxiv.org/abs/2501.00656"},
+    ),
     tiny(
         "qwen2-tiny", "Qwen2 tiny",
         "The Qwen2 architecture at test size: grouped-query attention, biased query/key/value projections "
@@ -143,6 +154,14 @@ ENTRIES = (
         ModelConfig(model_type="qwen3", head_dim=32, rope_theta=1_000_000.0, rms_norm_eps=1e-6,
                     tie_word_embeddings=True, **TINY),
         ("grouped-query-attention", "qk-norm"),
+    ),
+    tiny(
+        "olmo2-tiny", "OLMo 2 tiny",
+        "The OLMo 2 architecture at test size: grouped-query attention with queries and keys RMS-normalised over "
+        "the whole projection, RMSNorms after attention and after the MLP (none before), and an untied output head, "
+        "with synthetic weights.",
+        ModelConfig(model_type="olmo2", rope_theta=500_000.0, rms_norm_eps=1e-6, tie_word_embeddings=False, **TINY),
+        ("grouped-query-attention", "qk-norm", "post-norm"),
     ),
 )
 GEMMA3_TINY = tiny(

@@ -25,6 +25,7 @@ ARCHITECTURES = {
     "llama": "linnet_core.arch.llama",
     "qwen3": "linnet_core.arch.qwen3",
     "gemma3_text": "linnet_core.arch.gemma3",
+    "olmo2": "linnet_core.arch.olmo2",
 }
 
 

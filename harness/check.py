@@ -38,6 +38,7 @@ from rich.table import Table
 from rich.text import Text
 
 from harness import stats
+from harness.metrics import METRICS, SECONDS, Metric
 from harness.registry import MODELS
 from harness.results import ResultFile, Row, load_result
 from harness.validate import invalid_figures, is_number
@@ -138,31 +139,6 @@ ACCURACY_BOUNDS = {
 }
 
 
-@dataclass(frozen=True)
-class Metric:
-    name: str  # the key in a row's metrics; its spread is name_min .. name_max
-    label: str  # the table's column
-    unit: str
-    higher_is_better: bool
-    memory: bool  # judged against the memory threshold, else the speed threshold
-    # In ratio mode, divided by the first of these the reference row has: serving metrics by the reference's
-    # single-request figures, since the reference does not serve.
-    ratio_to: tuple[str, ...]
-
-
-METRICS = (
-    Metric("decode_tok_s", "decode", "tok/s", True, False, ("decode_tok_s",)),
-    Metric("ttft_ms", "TTFT", "ms", False, False, ("ttft_ms",)),
-    Metric("serving_tok_s", "serve", "tok/s", True, False, ("serving_tok_s", "decode_tok_s")),
-    Metric("serving_ttft_ms", "serve TTFT", "ms", False, False, ("serving_ttft_ms", "ttft_ms")),
-    Metric("load_s", "load", "s", False, False, ("load_s",)),
-    Metric("peak_mem_gib", "mem", "GiB", False, True, ("peak_mem_gib",)),
-    # a GPU's energy over the timed runs per generated token (harness/energy.py): lower is better
-    Metric("energy_j_per_tok", "energy", "J/tok", False, False, ("energy_j_per_tok",)),
-    Metric("serving_energy_j_per_tok", "serve energy", "J/tok", False, False, ("serving_energy_j_per_tok", "energy_j_per_tok")),
-)
-METRIC = {m.name: m for m in METRICS}
-SECONDS = {"ms": 1e-3, "s": 1.0}  # the time metrics' units, in seconds
 
 # Workload fields that change what a number means: runs that differ in these are not compared.
 SAME_WORKLOAD = ("prompt_tokens", "new_tokens", "batch")
@@ -497,23 +473,23 @@ def first_line(text: str | None) -> str:
 def compare_metrics(report: RowReport, cand: Row, base: Row, refs: tuple[Row | None, Row | None] | None,
                     thresholds: Thresholds, paired: bool = False, run_pairs: bool = False) -> None:  # fmt: skip
     """Judges every metric the baseline row has: absolute figures, or ratios to each run's reference row."""
-    for metric in METRICS:
-        if metric.name not in base.metrics:
+    for metric in (m for m in METRICS if m.judged):
+        if metric.key not in base.metrics:
             continue
-        if metric.name not in cand.metrics:
-            report.findings.append(Finding(report.runner, "regression", metric.name, f"{metric.label} is no longer measured",
+        if metric.key not in cand.metrics:
+            report.findings.append(Finding(report.runner, "regression", metric.key, f"{metric.label} is no longer measured",
                                            f"{metric.label} gone"))
             continue
         if metric.memory and cand.metrics.get("mem_kind") != base.metrics.get("mem_kind"):
-            report.findings.append(Finding(report.runner, "note", metric.name,
+            report.findings.append(Finding(report.runner, "note", metric.key,
                                            f"{metric.label} not compared: {base.metrics.get('mem_kind')} memory then, "
                                            f"{cand.metrics.get('mem_kind')} memory now"))  # fmt: skip
             continue
         if refs is not None and report.runner == REFERENCE:
             continue  # its ratio to itself is 1 in both runs
-        c, b = Span.of(cand.metrics, metric.name), Span.of(base.metrics, metric.name)
+        c, b = Span.of(cand.metrics, metric.key), Span.of(base.metrics, metric.key)
         if metric.unit in SECONDS and max(c.mid, b.mid) * SECONDS[metric.unit] < thresholds.min_seconds:
-            report.findings.append(Finding(report.runner, "note", metric.name,
+            report.findings.append(Finding(report.runner, "note", metric.key,
                                            f"{metric.label} not judged: under {thresholds.min_seconds * 1e3:g} ms in both runs"))  # fmt: skip
             continue
         scale = (1.0, 1.0)
@@ -521,14 +497,14 @@ def compare_metrics(report: RowReport, cand: Row, base: Row, refs: tuple[Row | N
             ratios = ratio_spans(metric, c, b, *refs)
             if isinstance(ratios, str):
                 kind = "regression" if isinstance(ratios, Invalid) else "note"
-                report.findings.append(Finding(report.runner, kind, metric.name, f"{metric.label} not compared: {ratios}"))
+                report.findings.append(Finding(report.runner, kind, metric.key, f"{metric.label} not compared: {ratios}"))
                 continue
             if ratios[0].mid and ratios[1].mid:
                 scale = (c.mid / ratios[0].mid, b.mid / ratios[1].mid)  # each run's reference figure
             c, b = ratios
-        if (run_pairs and metric.name in cand.samples and metric.name in base.samples) or (
-                has_trials(cand, metric.name) and has_trials(base, metric.name)):  # fmt: skip
-            judge_interval(report, metric, cand.samples[metric.name], base.samples[metric.name], scale, thresholds,
+        if (run_pairs and metric.key in cand.samples and metric.key in base.samples) or (
+                has_trials(cand, metric.key) and has_trials(base, metric.key)):  # fmt: skip
+            judge_interval(report, metric, cand.samples[metric.key], base.samples[metric.key], scale, thresholds,
                            ratio=refs is not None, paired=paired, run_pairs=run_pairs)  # fmt: skip
         else:
             judge(report, metric, c, b, thresholds, ratio=refs is not None)
@@ -550,8 +526,8 @@ def judge_interval(report: RowReport, metric: Metric, cand: stats.Trials, base: 
         return  # no ratio of a figure that is not positive (NaN and negatives: the validation of the files)
     middle, low, high = stats.ratio_interval(cand, base, paired=paired, run_pairs=run_pairs)
     middle, low, high = (x * scale[1] / scale[0] for x in (middle, low, high))
-    report.changes[metric.name] = middle - 1
-    report.intervals[metric.name] = (low, high)
+    report.changes[metric.key] = middle - 1
+    report.intervals[metric.key] = (low, high)
     threshold = thresholds.memory if metric.memory else thresholds.speed
     verdict = stats.judge(low, high, threshold, metric.higher_is_better)
     if verdict == "same":
@@ -573,7 +549,7 @@ def judge_interval(report: RowReport, metric: Metric, cand: stats.Trials, base: 
         worse = verdict == "regression"
         word = ("larger" if worse else "smaller") if metric.memory else ("slower" if worse else "faster")
         message = f"{change}: {word}, the {how} lies beyond {threshold:.0%} ({trials})"
-    report.findings.append(Finding(report.runner, verdict, metric.name, message, metric.label, b, c, middle - 1))
+    report.findings.append(Finding(report.runner, verdict, metric.key, message, metric.label, b, c, middle - 1))
 
 
 class Invalid(str):
@@ -605,12 +581,12 @@ def judge(report: RowReport, metric: Metric, c: Span, b: Span, thresholds: Thres
     if not (b.mid > 0 and c.mid > 0):
         return
     change = c.mid / b.mid - 1
-    report.changes[metric.name] = change
+    report.changes[metric.key] = change
     threshold = thresholds.memory if metric.memory else thresholds.speed
     if abs(change) <= threshold:
         return
     if c.overlaps(b):  # beyond the threshold, but within what the runs themselves spread over
-        report.findings.append(Finding(report.runner, "unclear", metric.name,
+        report.findings.append(Finding(report.runner, "unclear", metric.key,
                                        f"{metric.label} {b.mid:.3g} → {c.mid:.3g} ({change:+.0%}): unclear, the runs' "
                                        f"spreads overlap ({b.lo:.3g}–{b.hi:.3g} then, {c.lo:.3g}–{c.hi:.3g} now); "
                                        "run --trials 3 or more to judge by an interval", metric.label))  # fmt: skip
@@ -618,7 +594,7 @@ def judge(report: RowReport, metric: Metric, c: Span, b: Span, thresholds: Thres
     if b.lo == b.hi and c.lo == c.hi and not metric.memory and abs(change) <= SINGLE_VALUE_THRESHOLD:
         # one timed value a side (a single trial's load, a single serving run): a change cannot be told from the
         # 20-40% that a small machine moves between processes
-        report.findings.append(Finding(report.runner, "unclear", metric.name,
+        report.findings.append(Finding(report.runner, "unclear", metric.key,
                                        f"{metric.label} {b.mid:.3g} → {c.mid:.3g} ({change:+.0%}) not judged: one value a "
                                        f"side, within the {SINGLE_VALUE_THRESHOLD:.0%} processes differ by (run --trials 2 "
                                        "or more)"))  # fmt: skip
@@ -629,7 +605,7 @@ def judge(report: RowReport, metric: Metric, c: Span, b: Span, thresholds: Thres
                if b.lo < b.hi or c.lo < c.hi else "no spread measured")  # fmt: skip
     message = f"{metric.label} {b.mid:.3g} → {c.mid:.3g} {unit} ({change:+.0%}), beyond {threshold:.0%}; {spreads}"
     kind = "regression" if worse else "improvement"
-    report.findings.append(Finding(report.runner, kind, metric.name, message, metric.label, b.mid, c.mid, change))
+    report.findings.append(Finding(report.runner, kind, metric.key, message, metric.label, b.mid, c.mid, change))
 
 
 # ---- showing --------------------------------------------------------------------------------------------------------
@@ -648,12 +624,12 @@ def header(c: Comparison) -> str:
 def table(c: Comparison) -> Table:
     """One line per row: the relative change of each metric (red: regression, green: improvement), the distance,
     and the verdict with the status when it is not ok in both runs."""
-    shown = [m for m in METRICS if any(m.name in r.changes for r in c.rows)]
+    shown = [m for m in METRICS if any(m.key in r.changes for r in c.rows)]
     t = Table("runner", *(m.label for m in shown), "distance", "verdict", box=box.SIMPLE_HEAD, pad_edge=False)
     t.columns[0].no_wrap = True
     for row in c.rows:
         kinds = {f.subject: f.kind for f in row.findings}
-        cells = [change_cell(row, m, kinds.get(m.name), c.ratios) for m in shown]
+        cells = [change_cell(row, m, kinds.get(m.key), c.ratios) for m in shown]
         distance = Text("–" if row.distance is None else f"{row.distance:.2g}", style=STYLE.get(kinds.get("distance"), ""))
         verdict = row.verdict
         if row.baseline_status is None:
@@ -668,7 +644,7 @@ VERDICT_STYLE = {"regressed": "red", "improved": "green", "unclear": "magenta", 
 
 
 def change_cell(row: RowReport, metric: Metric, kind: str | None, ratios: bool) -> Text:
-    change = row.changes.get(metric.name)
+    change = row.changes.get(metric.key)
     if change is None:
         return Text("ref" if ratios and row.runner == REFERENCE else "–", style="dim")
     return Text(f"{change:+.0%}", style=STYLE.get(kind, "dim"))

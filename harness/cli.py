@@ -19,6 +19,7 @@ from harness import cluster as clusters
 from harness import stats
 from harness.bench import BenchSettings, Display, run_bench
 from harness.memory import busy_note, nvml_handles
+from harness.metrics import METRICS
 from harness.registry import MODELS, get_model
 from harness.results import Row, load_result, write_result
 from harness.validate import printable
@@ -325,24 +326,24 @@ def with_interval(metrics: dict, name: str, unstable: list[str]) -> str:
 
 
 def summary_table(rows: list[Row]) -> Table:
-    """The closing table, readable at 80 columns: a serving row's TTFT and speed are its serving figures (load times
-    are in the result file and on the page)."""
-    table = Table("runner", "status", "TTFT ms", "tok/s ±95%", "GiB", "distance", "×truth",
+    """The closing table, readable at 80 columns: the metrics with a CLI column (harness/metrics.py), a serving row's
+    in the column of their single-request counterpart (load times are in the result file and on the page)."""
+    columns = [m for m in METRICS if m.column]
+    table = Table("runner", "status", *(m.column for m in columns), "distance", "×truth",
                   box=None, pad_edge=False, padding=(0, 1, 0, 0), header_style="bold underline", caption_justify="left")  # fmt: skip
     for column in table.columns:
         column.no_wrap = True
+    serving_of = {m.single: m for m in METRICS if m.single}
     flagged = False
     for r in rows:
         m = r.metrics
-        serving = "serving_tok_s" in m
-        speed, ttft = ("serving_tok_s", "serving_ttft_ms") if serving else ("decode_tok_s", "ttft_ms")
+        serving = "serving_tok_s" in m  # a serving row: its figures are the serving ones
         flagged = flagged or bool(r.unstable)
+        shown = [serving_of[c.key] if serving and c.key in serving_of else c for c in columns]
         table.add_row(
             literal(r.runner),
             r.status,
-            with_interval(m, ttft, r.unstable),
-            with_interval(m, speed, r.unstable),
-            short(m.get("peak_mem_gib")),
+            *(with_interval(m, c.key, r.unstable) if c.sampled else short(m.get(c.key)) for c in shown),
             "–" if r.distance is None else f"{r.distance:.2g}",
             "–" if r.truth_ratio is None else f"{r.truth_ratio:.2g}x",
         )

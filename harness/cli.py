@@ -15,6 +15,7 @@ from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from harness import check as checks
+from harness import check_report
 from harness import cluster as clusters
 from harness import stats
 from harness.bench import BenchSettings, Display, run_bench
@@ -148,26 +149,16 @@ def check(
     if json_path is not None and json_path.is_dir():
         raise UserError(f"--json {json_path}: a directory; give a file name, e.g. {json_path / 'report.json'}")
     report = checks.check(candidate, baseline, thresholds, ratios=ratios, paired=paired or gate)
-    print_comparisons(console, report)
+    check_report.print_comparisons(console, report)
     if json_path is not None:
         try:
             json_path.parent.mkdir(parents=True, exist_ok=True)
             json_path.write_text(json.dumps(report.to_json(), indent=2) + "\n")
         except OSError as e:
             raise UserError(f"--json {json_path}: cannot be written ({e.strerror})") from None
-    console.print(checks.verdict(report), highlight=False, soft_wrap=True)
+    console.print(check_report.verdict(report), highlight=False, soft_wrap=True)
     if not report.passed:
         raise typer.Exit(1)
-
-
-def print_comparisons(out: Console, report: checks.Report) -> None:
-    """Each model's comparison as `check` prints it: its header, its table, its findings (file text escaped)."""
-    for comparison in report.comparisons:
-        out.print(checks.header(comparison), highlight=False, soft_wrap=True)
-        if comparison.rows:
-            out.print(checks.table(comparison))
-        for line in checks.finding_lines(comparison):
-            out.print(line, highlight=False, soft_wrap=True)
 
 
 @app.command("merge")

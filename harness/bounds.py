@@ -47,10 +47,18 @@ QUANT_TOLERANCES = {"f16": TOLERANCES["f16"], "q8_0": float("inf"), "int8": floa
 TRUTH_RATIO_BOUNDS = {"f32": 10.0, "f16": 4.0, "bf16": 4.0}
 
 
+def own_dtype(runner: str, dtype: str) -> str:
+    """The dtype a row computes in: its registry entry's (linnet-ort-f16 in an f32 run: f16), else the run's. A runner
+    this code does not know (a file from another checkout) is read by its id's suffix, as such files were named."""
+    if (info := RUNNERS.get(runner)) is not None:
+        return info.dtype or dtype
+    return next((d for d in TOLERANCES if runner.endswith(f"-{d}")), dtype)
+
+
 def truth_ratio_bound(quant: str | None, dtype: str, runner: str = "") -> float:
     """A row's truth_ratio bound: its run dtype's; none (infinity) for quantized weights or a row that computes in
     another dtype than the run's (linnet-ort-f16 in an f32 run: its ratio is over an f32 reference's distance)."""
-    own = next((d for d in TRUTH_RATIO_BOUNDS if runner.endswith(f"-{d}")), dtype)
+    own = own_dtype(runner, dtype)
     return float("inf") if quant or own != dtype else TRUTH_RATIO_BOUNDS.get(dtype, TRUTH_RATIO_BOUNDS["f32"])
 
 
@@ -91,7 +99,7 @@ ACCURACY_BOUNDS = {
 def tolerance(runner: str, dtype: str, model: str | None = None, quant: str | None = None,
               layers: int | None = None) -> float:  # fmt: skip
     """A row's bound: its weights' quantization's (the row's `quant`, else the registry's for that runner id), else
-    its own dtype's (from a -f16/-bf16/-f32 runner id, else the run's), or the reference's, the looser, since the
+    its own dtype's (own_dtype: its registry entry's, else the run's), or the reference's, the looser, since the
     distance is to the reference run in the run's dtype; in f32 and f16, wider for a deep model (`layers`, else the
     registry's for `model`, else none)."""
     entry = MODELS.get(model) if model else None
@@ -104,7 +112,7 @@ def tolerance(runner: str, dtype: str, model: str | None = None, quant: str | No
     if quant:
         own = QUANT_TOLERANCES.get(quant, max(QUANT_TOLERANCES.values()))
     else:
-        own = bounds.get(next((d for d in bounds if runner.endswith(f"-{d}")), dtype), f32)
+        own = bounds.get(own_dtype(runner, dtype), f32)
     return max(own, bounds.get(dtype, f32))
 
 

@@ -25,8 +25,9 @@ from harness.registry import MODELS, get_model
 from harness.results import Row, load_result, write_result
 from harness.validate import printable
 from harness.workload import PROFILES, get_profile
+from linnet_core import devices, dtypes
 from linnet_core.checkpoint import check_seed
-from linnet_core.dtypes import NAMES as DTYPES
+from linnet_core.devices import DEVICES
 from linnet_core.errors import UserError, literal, run_cli
 from runners import RUNNERS, get_runner
 
@@ -81,11 +82,9 @@ def run(
     check_seed(seed)
     entries = [get_model(m) for m in model]
     for d in device or ():
-        if d not in ("cpu", "cuda"):
-            raise UserError(f"unknown device {d!r}; use cpu or cuda")
+        devices.check(d)
     for d in dtype or ():
-        if d not in DTYPES:
-            raise UserError(f"unknown dtype {d!r}; use one of {', '.join(DTYPES)}")
+        dtypes.check(d)
     chosen = tuple(dict.fromkeys(get_runner(r) for r in runner)) if runner else tuple(RUNNERS.values())  # one row each
     if profile is not None:
         get_profile(profile)
@@ -99,8 +98,8 @@ def run(
         matrix_runs = []
         for entry in entries:
             for dev in device or ["cuda" if has_gpu() else "cpu"]:
-                for dt in dtype or ["bf16" if dev == "cuda" else "f32"]:
-                    name = profile or ("default" if dev == "cuda" or entry.is_tiny else "cpu")
+                for dt in dtype or [DEVICES[dev].default_dtype]:
+                    name = profile or ("default" if DEVICES[dev].gpu or entry.is_tiny else "cpu")
                     matrix_runs.append(BenchSettings(entry, chosen, get_profile(name), dt, dev, weights, out, seed, timeout, trials,
                                               peer_duets, budget, runs))  # fmt: skip
         return matrix_runs
@@ -199,10 +198,8 @@ def duet_command(
     if timeout is not None and not (math.isfinite(timeout) and timeout > 0):
         raise UserError(f"--timeout {timeout}: give a number of seconds above 0, e.g. --timeout 600")
     check_seed(seed)
-    if device not in ("cpu", "cuda"):
-        raise UserError(f"unknown device {device!r}; use cpu or cuda")
-    if dtype not in DTYPES:
-        raise UserError(f"unknown dtype {dtype!r}; use one of {', '.join(DTYPES)}")
+    devices.check(device)
+    dtypes.check(dtype)
     chosen = tuple(get_runner(r) for r in runner)
     if serving := [r.id for r in chosen if r.kind != "single"]:
         raise UserError(f"duet times single-request rows; {', '.join(serving)} serve(s) many requests")

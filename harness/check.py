@@ -9,8 +9,8 @@ A row regressed when, against the baseline:
 - otherwise (version 1 files, single trials): a speed (decode_tok_s, serving_tok_s) dropped, or a time (ttft_ms,
   serving_ttft_ms, load_s) or peak memory rose, by more than the threshold (relative to the baseline's median) AND
   outside both runs' spreads (the min..max of their timed runs): a change that the two spreads overlap on is noise;
-- its distance from the reference is above its tolerance (TOLERANCES by the row's dtype, QUANT_TOLERANCES by how its
-  weights are stored);
+- its distance from the reference is above its tolerance, or an accuracy figure beyond its bound (harness/bounds.py:
+  TOLERANCES by the row's dtype, QUANT_TOLERANCES by how its weights are stored, ACCURACY_BOUNDS, TRUTH_RATIO_BOUNDS);
 - it went from ok to failed or skipped, it vanished while ok, or a metric it had is gone;
 - a figure of it in either run is invalid (harness/validate.py: NaN, infinite, a zero or negative speed, not a
   number): such a row is never compared, and a reference figure that is invalid fails the ratio comparison.
@@ -24,7 +24,8 @@ measured too few times) but is named in the verdict line and counted in the JSON
 When the runs come from different machines (or when asked), each figure and its spread are first divided by the
 median of the same figure of the in-run reference row (runners.REFERENCE), so that what is compared is a row's
 standing relative to the reference; the reference itself is then judged only on its status and distance.
-`linnet-bench check` prints this module's report; the CI gate (`make gate`) runs it with GATE_THRESHOLDS, paired."""
+This module is the comparison, pure data (which rows differ, and how); `linnet-bench check` prints it
+(harness/check_report.py); the CI gate (`make gate`) runs it with GATE_THRESHOLDS, paired."""
 
 from __future__ import annotations
 
@@ -33,15 +34,12 @@ import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from rich import box
-from rich.table import Table
-from rich.text import Text
-
 from harness import stats
-from harness.registry import MODELS
+from harness.metrics import METRICS, SECONDS, Metric
+from harness.bounds import AccuracyBound, accuracy_bound, run_layers, tolerance, truth_ratio_bound
 from harness.results import ResultFile, Row, load_result
 from harness.validate import invalid_figures, is_number
-from linnet_core.errors import UserError, literal
+from linnet_core.errors import UserError
 from runners import REFERENCE, RUNNERS
 
 
@@ -62,107 +60,6 @@ class Thresholds:
 # interrupt, so the gate judges only times of 50 ms or more.
 GATE_THRESHOLDS = Thresholds(speed=0.05, memory=0.10, min_seconds=0.05)
 
-# The largest distance from the reference that is not a wrong answer, by dtype. f32: the project's correctness bar.
-# f16 and bf16 logits differ from the reference by rounding: a few units in the last place at a logit of 16 (the
-# real model's largest), i.e. 0.25 is ~16 f16 ulps (the largest of 257 probe positions: on qwen2-tiny the f16 rows
-# measured 0.13-0.15 there, 0.04-0.10 over the 17 of the earlier probe) and 0.5 is 4 bf16 ulps (the seed page's bf16
-# rows are 0.14-0.39). Quantized weights move logits by more than any fixed bound tells from wrong (llama.cpp q8_0:
-# 2.3 on qwen2-tiny, 8.2 on the 0.5B shape in bf16): their distance is not judged, their accuracy is
-# (ACCURACY_BOUNDS).
-TOLERANCES = {"f32": 1e-4, "f16": 0.25, "bf16": 0.5}
-# f32 rounding grows with depth: on the 24-layer Qwen2.5-0.5B shape every engine measured sits 2.9e-4 to 4.9e-4 from
-# the reference (results/qwen2.5-0.5b-instruct, sums in another order), the 2-layer test model within 5e-5. So a deep
-# model's f32 bound is this much per layer (1.2e-3 at 24 layers), never under TOLERANCES["f32"].
-F32_PER_LAYER = 5e-5
-# f16 rounding grows with depth too: over the 257 probe positions the 2-layer qwen2-tiny's f16 rows sit 0.13-0.15 from
-# the reference, the 6-layer gemma3-tiny's (embeddings scaled by sqrt(hidden), norms after each sublayer) 0.27.
-F16_PER_LAYER = 0.05
-# Rows whose weights are stored in another precision than the run's dtype (Row.quant, RunnerInfo.quant) are held to
-# their storage's bound, or the run dtype's when looser. f16 weights round like f16 logits: TOLERANCES["f16"]
-# (llama.cpp on f16 GGUF weights: 0.098 from the f32 reference on qwen2-tiny). 8-bit weights (q8_0, int8) move the
-# largest logit difference further than any fixed bound tells from wrong (over the 257 probe positions on qwen2-tiny
-# the int8 and q8_0 rows measured 2.0-2.7, where the 17 positions of the earlier probe gave 1.05): their distance is
-# not judged, their accuracy is (ACCURACY_BOUNDS: KL and top-1 agreement). A quantization without an entry is not
-# judged by distance either, until it is measured.
-QUANT_TOLERANCES = {"f16": TOLERANCES["f16"], "q8_0": float("inf"), "int8": float("inf")}
-
-
-# The largest truth_ratio that is not a wrong answer, by dtype: a row's distance from the float64 truth
-# (runners/transformers_truth.py) over the reference's own, both in the run's dtype. A row that rounds as transformers
-# does sits near 1. 16 bits: each engine rounds its activations at other places than transformers (fused projections,
-# another attention kernel), so up to 4x the reference's error is rounding; a wrong row (a lost bias, a position off by
-# one) is 100x and more. f32: the errors are summation order at 1e-6 relative, so the ratio of two such tiny distances
-# moves more (qwen2-tiny: 1.1-1.9 over six engines); 10. Rows whose weights are stored in fewer bits (`quant`) are
-# not judged by it: their distance is the rounding of their weights, and their accuracy bounds judge them.
-TRUTH_RATIO_BOUNDS = {"f32": 10.0, "f16": 4.0, "bf16": 4.0}
-
-
-def truth_ratio_bound(quant: str | None, dtype: str, runner: str = "") -> float:
-    """A row's truth_ratio bound: its run dtype's; none (infinity) for quantized weights or a row that computes in
-    another dtype than the run's (linnet-ort-f16 in an f32 run: its ratio is over an f32 reference's distance)."""
-    own = next((d for d in TRUTH_RATIO_BOUNDS if runner.endswith(f"-{d}")), dtype)
-    return float("inf") if quant or own != dtype else TRUTH_RATIO_BOUNDS.get(dtype, TRUTH_RATIO_BOUNDS["f32"])
-
-
-@dataclass(frozen=True)
-class AccuracyBound:
-    """The loosest accuracy figures (harness/accuracy.py: KL(reference || row) over the probe's positions, top-1
-    agreement) that are not a wrong answer."""
-
-    kl_mean: float  # the largest mean KL divergence, nats
-    kl_p99: float  # the largest 99th percentile of it
-    top1_agree: float  # the smallest share of positions agreeing with the reference's top-1 token
-
-    def loosest(self, other: AccuracyBound) -> AccuracyBound:
-        return AccuracyBound(max(self.kl_mean, other.kl_mean), max(self.kl_p99, other.kl_p99),
-                             min(self.top1_agree, other.top1_agree))  # fmt: skip
-
-
-# Accuracy bounds by quantization (a row's `quant`, or its runner id's suffix: -int8, -q8_0, ...), else by dtype as
-# TOLERANCES; a row is held to the looser of its own and the run's dtype's. Set from qwen2-tiny runs (f32, synthetic
-# weights; harness/accuracy.py's test checks their distributions are neither flat nor one-hot), about 10x above
-# what correct rows measured there, and from the physics: f32 differs by summation order (KL ~1e-10), f16 and bf16 by
-# rounding every activation (3 and 8 significant bits fewer), 8-bit weights by a rounding step of 1/254 of each
-# channel's (or block's) largest weight. On the random weights of synthetic recipe 2 near-ties were common and small
-# logit errors flipped them: per-channel int8 weights measured KL 0.017, p99 0.094, top-1 0.926, llama.cpp q8_0
-# (8-bit activations too) 0.023, 0.115, 0.899, and the 8-bit bounds hold about 2x above those. On the trained twins
-# (recipe 3) and the text probe the same rows measure KL 6.2e-4 to 3.4e-3, p99 3.7e-3 to 2.4e-2, top-1 0.95-0.98
-# (results/int8-twins/), where bf16 alone agrees at 0.96-0.98 (scripts/accuracy_floor.py), so the bounds are now
-# loose; a broken row (a lost bias, a wrong scale, the lost embedding scale) is KL > 1, top-1 < 0.5.
-ACCURACY_BOUNDS = {
-    "f32": AccuracyBound(kl_mean=1e-6, kl_p99=1e-5, top1_agree=0.99),
-    "f16": AccuracyBound(kl_mean=1e-3, kl_p99=1e-2, top1_agree=0.97),
-    "bf16": AccuracyBound(kl_mean=2e-2, kl_p99=0.2, top1_agree=0.90),
-    "int8": AccuracyBound(kl_mean=0.05, kl_p99=0.3, top1_agree=0.85),
-    "q8_0": AccuracyBound(kl_mean=0.05, kl_p99=0.3, top1_agree=0.85),
-}
-
-
-@dataclass(frozen=True)
-class Metric:
-    name: str  # the key in a row's metrics; its spread is name_min .. name_max
-    label: str  # the table's column
-    unit: str
-    higher_is_better: bool
-    memory: bool  # judged against the memory threshold, else the speed threshold
-    # In ratio mode, divided by the first of these the reference row has: serving metrics by the reference's
-    # single-request figures, since the reference does not serve.
-    ratio_to: tuple[str, ...]
-
-
-METRICS = (
-    Metric("decode_tok_s", "decode", "tok/s", True, False, ("decode_tok_s",)),
-    Metric("ttft_ms", "TTFT", "ms", False, False, ("ttft_ms",)),
-    Metric("serving_tok_s", "serve", "tok/s", True, False, ("serving_tok_s", "decode_tok_s")),
-    Metric("serving_ttft_ms", "serve TTFT", "ms", False, False, ("serving_ttft_ms", "ttft_ms")),
-    Metric("load_s", "load", "s", False, False, ("load_s",)),
-    Metric("peak_mem_gib", "mem", "GiB", False, True, ("peak_mem_gib",)),
-    # a GPU's energy over the timed runs per generated token (harness/energy.py): lower is better
-    Metric("energy_j_per_tok", "energy", "J/tok", False, False, ("energy_j_per_tok",)),
-    Metric("serving_energy_j_per_tok", "serve energy", "J/tok", False, False, ("serving_energy_j_per_tok", "energy_j_per_tok")),
-)
-METRIC = {m.name: m for m in METRICS}
-SECONDS = {"ms": 1e-3, "s": 1.0}  # the time metrics' units, in seconds
 
 # Workload fields that change what a number means: runs that differ in these are not compared.
 SAME_WORKLOAD = ("prompt_tokens", "new_tokens", "batch")
@@ -314,45 +211,10 @@ def machine_difference(a: ResultFile, b: ResultFile) -> str | None:
 # ---- comparing ------------------------------------------------------------------------------------------------------
 
 
-def tolerance(runner: str, dtype: str, model: str | None = None, quant: str | None = None,
-              layers: int | None = None) -> float:  # fmt: skip
-    """A row's bound: its weights' quantization's (the row's `quant`, else the registry's for that runner id), else
-    its own dtype's (from a -f16/-bf16/-f32 runner id, else the run's), or the reference's, the looser, since the
-    distance is to the reference run in the run's dtype; in f32 and f16, wider for a deep model (`layers`, else the
-    registry's for `model`, else none)."""
-    entry = MODELS.get(model) if model else None
-    if layers is None:
-        layers = entry.config.num_hidden_layers if entry else 0
-    bounds = {**TOLERANCES, "f32": max(TOLERANCES["f32"], F32_PER_LAYER * layers),
-              "f16": max(TOLERANCES["f16"], F16_PER_LAYER * layers)}  # fmt: skip
-    f32 = bounds["f32"]
-    quant = quant or (RUNNERS[runner].quant if runner in RUNNERS else None)  # files from before Row.quant
-    if quant:
-        own = QUANT_TOLERANCES.get(quant, max(QUANT_TOLERANCES.values()))
-    else:
-        own = bounds.get(next((d for d in bounds if runner.endswith(f"-{d}")), dtype), f32)
-    return max(own, bounds.get(dtype, f32))
-
-
 def row_tolerance(row: Row | None, other: Row | None, run: ResultFile) -> float:
     """tolerance() for a row given by one run or the other (the candidate's when both have it), in `run`."""
     given = row or other
     return tolerance(given.runner, run_dtype(run), run.model, given.quant, run_layers(run))
-
-
-def run_layers(run: ResultFile) -> int | None:
-    """The model's depth as the run recorded it (files from before it did: None, the registry says). Loading has
-    checked it is a whole number; a depth no model has is not allowed to loosen a bound."""
-    layers = (run.architecture or {}).get("layers")
-    return layers if layers is not None and 0 < layers < 10_000 else None
-
-
-def accuracy_bound(runner: str, quant: str | None, dtype: str) -> AccuracyBound:
-    """A row's accuracy bound: its quantization's (`quant`, or a runner id ending in one), else its own dtype's (a
-    runner id ending in one), loosened to the run's dtype's, since the reference ran in that."""
-    own = quant or next((q for q in ACCURACY_BOUNDS if runner.endswith(f"-{q}")), dtype)
-    run = ACCURACY_BOUNDS.get(dtype, ACCURACY_BOUNDS["f32"])
-    return ACCURACY_BOUNDS.get(own, run).loosest(run)
 
 
 def accuracy_problems(row: Row, bound: AccuracyBound, truth_bound: float = float("inf")) -> list[str]:
@@ -497,23 +359,23 @@ def first_line(text: str | None) -> str:
 def compare_metrics(report: RowReport, cand: Row, base: Row, refs: tuple[Row | None, Row | None] | None,
                     thresholds: Thresholds, paired: bool = False, run_pairs: bool = False) -> None:  # fmt: skip
     """Judges every metric the baseline row has: absolute figures, or ratios to each run's reference row."""
-    for metric in METRICS:
-        if metric.name not in base.metrics:
+    for metric in (m for m in METRICS if m.judged):
+        if metric.key not in base.metrics:
             continue
-        if metric.name not in cand.metrics:
-            report.findings.append(Finding(report.runner, "regression", metric.name, f"{metric.label} is no longer measured",
+        if metric.key not in cand.metrics:
+            report.findings.append(Finding(report.runner, "regression", metric.key, f"{metric.label} is no longer measured",
                                            f"{metric.label} gone"))
             continue
         if metric.memory and cand.metrics.get("mem_kind") != base.metrics.get("mem_kind"):
-            report.findings.append(Finding(report.runner, "note", metric.name,
+            report.findings.append(Finding(report.runner, "note", metric.key,
                                            f"{metric.label} not compared: {base.metrics.get('mem_kind')} memory then, "
                                            f"{cand.metrics.get('mem_kind')} memory now"))  # fmt: skip
             continue
         if refs is not None and report.runner == REFERENCE:
             continue  # its ratio to itself is 1 in both runs
-        c, b = Span.of(cand.metrics, metric.name), Span.of(base.metrics, metric.name)
+        c, b = Span.of(cand.metrics, metric.key), Span.of(base.metrics, metric.key)
         if metric.unit in SECONDS and max(c.mid, b.mid) * SECONDS[metric.unit] < thresholds.min_seconds:
-            report.findings.append(Finding(report.runner, "note", metric.name,
+            report.findings.append(Finding(report.runner, "note", metric.key,
                                            f"{metric.label} not judged: under {thresholds.min_seconds * 1e3:g} ms in both runs"))  # fmt: skip
             continue
         scale = (1.0, 1.0)
@@ -521,14 +383,14 @@ def compare_metrics(report: RowReport, cand: Row, base: Row, refs: tuple[Row | N
             ratios = ratio_spans(metric, c, b, *refs)
             if isinstance(ratios, str):
                 kind = "regression" if isinstance(ratios, Invalid) else "note"
-                report.findings.append(Finding(report.runner, kind, metric.name, f"{metric.label} not compared: {ratios}"))
+                report.findings.append(Finding(report.runner, kind, metric.key, f"{metric.label} not compared: {ratios}"))
                 continue
             if ratios[0].mid and ratios[1].mid:
                 scale = (c.mid / ratios[0].mid, b.mid / ratios[1].mid)  # each run's reference figure
             c, b = ratios
-        if (run_pairs and metric.name in cand.samples and metric.name in base.samples) or (
-                has_trials(cand, metric.name) and has_trials(base, metric.name)):  # fmt: skip
-            judge_interval(report, metric, cand.samples[metric.name], base.samples[metric.name], scale, thresholds,
+        if (run_pairs and metric.key in cand.samples and metric.key in base.samples) or (
+                has_trials(cand, metric.key) and has_trials(base, metric.key)):  # fmt: skip
+            judge_interval(report, metric, cand.samples[metric.key], base.samples[metric.key], scale, thresholds,
                            ratio=refs is not None, paired=paired, run_pairs=run_pairs)  # fmt: skip
         else:
             judge(report, metric, c, b, thresholds, ratio=refs is not None)
@@ -550,8 +412,8 @@ def judge_interval(report: RowReport, metric: Metric, cand: stats.Trials, base: 
         return  # no ratio of a figure that is not positive (NaN and negatives: the validation of the files)
     middle, low, high = stats.ratio_interval(cand, base, paired=paired, run_pairs=run_pairs)
     middle, low, high = (x * scale[1] / scale[0] for x in (middle, low, high))
-    report.changes[metric.name] = middle - 1
-    report.intervals[metric.name] = (low, high)
+    report.changes[metric.key] = middle - 1
+    report.intervals[metric.key] = (low, high)
     threshold = thresholds.memory if metric.memory else thresholds.speed
     verdict = stats.judge(low, high, threshold, metric.higher_is_better)
     if verdict == "same":
@@ -573,7 +435,7 @@ def judge_interval(report: RowReport, metric: Metric, cand: stats.Trials, base: 
         worse = verdict == "regression"
         word = ("larger" if worse else "smaller") if metric.memory else ("slower" if worse else "faster")
         message = f"{change}: {word}, the {how} lies beyond {threshold:.0%} ({trials})"
-    report.findings.append(Finding(report.runner, verdict, metric.name, message, metric.label, b, c, middle - 1))
+    report.findings.append(Finding(report.runner, verdict, metric.key, message, metric.label, b, c, middle - 1))
 
 
 class Invalid(str):
@@ -605,12 +467,12 @@ def judge(report: RowReport, metric: Metric, c: Span, b: Span, thresholds: Thres
     if not (b.mid > 0 and c.mid > 0):
         return
     change = c.mid / b.mid - 1
-    report.changes[metric.name] = change
+    report.changes[metric.key] = change
     threshold = thresholds.memory if metric.memory else thresholds.speed
     if abs(change) <= threshold:
         return
     if c.overlaps(b):  # beyond the threshold, but within what the runs themselves spread over
-        report.findings.append(Finding(report.runner, "unclear", metric.name,
+        report.findings.append(Finding(report.runner, "unclear", metric.key,
                                        f"{metric.label} {b.mid:.3g} → {c.mid:.3g} ({change:+.0%}): unclear, the runs' "
                                        f"spreads overlap ({b.lo:.3g}–{b.hi:.3g} then, {c.lo:.3g}–{c.hi:.3g} now); "
                                        "run --trials 3 or more to judge by an interval", metric.label))  # fmt: skip
@@ -618,7 +480,7 @@ def judge(report: RowReport, metric: Metric, c: Span, b: Span, thresholds: Thres
     if b.lo == b.hi and c.lo == c.hi and not metric.memory and abs(change) <= SINGLE_VALUE_THRESHOLD:
         # one timed value a side (a single trial's load, a single serving run): a change cannot be told from the
         # 20-40% that a small machine moves between processes
-        report.findings.append(Finding(report.runner, "unclear", metric.name,
+        report.findings.append(Finding(report.runner, "unclear", metric.key,
                                        f"{metric.label} {b.mid:.3g} → {c.mid:.3g} ({change:+.0%}) not judged: one value a "
                                        f"side, within the {SINGLE_VALUE_THRESHOLD:.0%} processes differ by (run --trials 2 "
                                        "or more)"))  # fmt: skip
@@ -629,72 +491,4 @@ def judge(report: RowReport, metric: Metric, c: Span, b: Span, thresholds: Thres
                if b.lo < b.hi or c.lo < c.hi else "no spread measured")  # fmt: skip
     message = f"{metric.label} {b.mid:.3g} → {c.mid:.3g} {unit} ({change:+.0%}), beyond {threshold:.0%}; {spreads}"
     kind = "regression" if worse else "improvement"
-    report.findings.append(Finding(report.runner, kind, metric.name, message, metric.label, b.mid, c.mid, change))
-
-
-# ---- showing --------------------------------------------------------------------------------------------------------
-
-STYLE = {"regression": "red", "improvement": "green", "unclear": "magenta", "new": "cyan", "note": "yellow", None: ""}
-
-
-def header(c: Comparison) -> str:
-    def side(info: RunInfo | None) -> str:
-        return "none" if info is None else f"{literal(info.run_id)} ({literal(info.path, 4096)})"
-
-    how = f"changes of each row's ratio to {REFERENCE} in its run ({literal(c.why_ratios)})" if c.ratios else "changes of absolute figures"
-    return f"[bold]{literal(c.model)}[/]: candidate {side(c.candidate)} vs baseline {side(c.baseline)}; {how}"
-
-
-def table(c: Comparison) -> Table:
-    """One line per row: the relative change of each metric (red: regression, green: improvement), the distance,
-    and the verdict with the status when it is not ok in both runs."""
-    shown = [m for m in METRICS if any(m.name in r.changes for r in c.rows)]
-    t = Table("runner", *(m.label for m in shown), "distance", "verdict", box=box.SIMPLE_HEAD, pad_edge=False)
-    t.columns[0].no_wrap = True
-    for row in c.rows:
-        kinds = {f.subject: f.kind for f in row.findings}
-        cells = [change_cell(row, m, kinds.get(m.name), c.ratios) for m in shown]
-        distance = Text("–" if row.distance is None else f"{row.distance:.2g}", style=STYLE.get(kinds.get("distance"), ""))
-        verdict = row.verdict
-        if row.baseline_status is None:
-            verdict += "" if row.candidate_status == "ok" else f" ({row.candidate_status})"
-        elif not row.baseline_status == row.candidate_status == "ok":
-            verdict += f" ({row.baseline_status} → {row.candidate_status or 'gone'})"
-        t.add_row(literal(row.runner), *cells, distance, Text(verdict, style=VERDICT_STYLE.get(row.verdict, "dim")))
-    return t
-
-
-VERDICT_STYLE = {"regressed": "red", "improved": "green", "unclear": "magenta", "new": "cyan"}
-
-
-def change_cell(row: RowReport, metric: Metric, kind: str | None, ratios: bool) -> Text:
-    change = row.changes.get(metric.name)
-    if change is None:
-        return Text("ref" if ratios and row.runner == REFERENCE else "–", style="dim")
-    return Text(f"{change:+.0%}", style=STYLE.get(kind, "dim"))
-
-
-def finding_lines(c: Comparison) -> list[str]:
-    marks = {"regression": "✗", "improvement": "↑", "unclear": "?", "new": "+", "note": "·"}
-    lines = [f"  [yellow]·[/] {literal(note, 1000)}" for note in c.notes]
-    for row in c.rows:
-        for f in row.findings:
-            lines.append(f"  [{STYLE[f.kind]}]{marks[f.kind]} {f.kind}[/] {literal(f.runner)}: {literal(f.message, 1000)}")
-    return lines
-
-
-def verdict(report: Report) -> str:
-    """The one-line verdict."""
-    regressions, improvements = report.findings("regression"), report.findings("improvement")
-    if regressions:
-        listed = ", ".join(literal(f"{f.runner} {f.label or f.subject}") for f in regressions[:6])
-        more = f" and {len(regressions) - 6} more" if len(regressions) > 6 else ""
-        return f"[bold red]FAIL[/]: {len(regressions)} regression(s): {listed}{more}"
-    rows = sum(1 for c in report.comparisons for r in c.rows if r.verdict != "new")
-    line = f"[bold green]PASS[/]: no regression in {rows} row(s)"
-    if unclear := [f for f in report.findings("unclear")]:
-        listed = ", ".join(literal(f"{f.runner} {f.label or f.subject}") for f in unclear[:6])
-        line += f"; unclear, not judged: {listed}{f' and {len(unclear) - 6} more' if len(unclear) > 6 else ''} (more trials would decide)"
-    if improvements:
-        line += f"; {len(improvements)} improvement(s) beyond the thresholds: the baseline may be out of date"
-    return line
+    report.findings.append(Finding(report.runner, kind, metric.key, message, metric.label, b.mid, c.mid, change))

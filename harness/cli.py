@@ -15,16 +15,19 @@ from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from harness import check as checks
+from harness import check_report
 from harness import cluster as clusters
 from harness import stats
 from harness.bench import BenchSettings, Display, run_bench
 from harness.memory import busy_note, nvml_handles
+from harness.metrics import METRICS
 from harness.registry import MODELS, get_model
 from harness.results import Row, load_result, write_result
 from harness.validate import printable
 from harness.workload import PROFILES, get_profile
+from linnet_core import devices, dtypes
 from linnet_core.checkpoint import check_seed
-from linnet_core.dtypes import NAMES as DTYPES
+from linnet_core.devices import DEVICES
 from linnet_core.errors import UserError, literal, run_cli
 from runners import RUNNERS, get_runner
 
@@ -79,11 +82,9 @@ def run(
     check_seed(seed)
     entries = [get_model(m) for m in model]
     for d in device or ():
-        if d not in ("cpu", "cuda"):
-            raise UserError(f"unknown device {d!r}; use cpu or cuda")
+        devices.check(d)
     for d in dtype or ():
-        if d not in DTYPES:
-            raise UserError(f"unknown dtype {d!r}; use one of {', '.join(DTYPES)}")
+        dtypes.check(d)
     chosen = tuple(dict.fromkeys(get_runner(r) for r in runner)) if runner else tuple(RUNNERS.values())  # one row each
     if profile is not None:
         get_profile(profile)
@@ -97,8 +98,8 @@ def run(
         matrix_runs = []
         for entry in entries:
             for dev in device or ["cuda" if has_gpu() else "cpu"]:
-                for dt in dtype or ["bf16" if dev == "cuda" else "f32"]:
-                    name = profile or ("default" if dev == "cuda" or entry.is_tiny else "cpu")
+                for dt in dtype or [DEVICES[dev].default_dtype]:
+                    name = profile or ("default" if DEVICES[dev].gpu or entry.is_tiny else "cpu")
                     matrix_runs.append(BenchSettings(entry, chosen, get_profile(name), dt, dev, weights, out, seed, timeout, trials,
                                               peer_duets, budget, runs))  # fmt: skip
         return matrix_runs
@@ -147,26 +148,16 @@ def check(
     if json_path is not None and json_path.is_dir():
         raise UserError(f"--json {json_path}: a directory; give a file name, e.g. {json_path / 'report.json'}")
     report = checks.check(candidate, baseline, thresholds, ratios=ratios, paired=paired or gate)
-    print_comparisons(console, report)
+    check_report.print_comparisons(console, report)
     if json_path is not None:
         try:
             json_path.parent.mkdir(parents=True, exist_ok=True)
             json_path.write_text(json.dumps(report.to_json(), indent=2) + "\n")
         except OSError as e:
             raise UserError(f"--json {json_path}: cannot be written ({e.strerror})") from None
-    console.print(checks.verdict(report), highlight=False, soft_wrap=True)
+    console.print(check_report.verdict(report), highlight=False, soft_wrap=True)
     if not report.passed:
         raise typer.Exit(1)
-
-
-def print_comparisons(out: Console, report: checks.Report) -> None:
-    """Each model's comparison as `check` prints it: its header, its table, its findings (file text escaped)."""
-    for comparison in report.comparisons:
-        out.print(checks.header(comparison), highlight=False, soft_wrap=True)
-        if comparison.rows:
-            out.print(checks.table(comparison))
-        for line in checks.finding_lines(comparison):
-            out.print(line, highlight=False, soft_wrap=True)
 
 
 @app.command("merge")
@@ -207,10 +198,8 @@ def duet_command(
     if timeout is not None and not (math.isfinite(timeout) and timeout > 0):
         raise UserError(f"--timeout {timeout}: give a number of seconds above 0, e.g. --timeout 600")
     check_seed(seed)
-    if device not in ("cpu", "cuda"):
-        raise UserError(f"unknown device {device!r}; use cpu or cuda")
-    if dtype not in DTYPES:
-        raise UserError(f"unknown dtype {dtype!r}; use one of {', '.join(DTYPES)}")
+    devices.check(device)
+    dtypes.check(dtype)
     chosen = tuple(get_runner(r) for r in runner)
     if serving := [r.id for r in chosen if r.kind != "single"]:
         raise UserError(f"duet times single-request rows; {', '.join(serving)} serve(s) many requests")
@@ -325,24 +314,24 @@ def with_interval(metrics: dict, name: str, unstable: list[str]) -> str:
 
 
 def summary_table(rows: list[Row]) -> Table:
-    """The closing table, readable at 80 columns: a serving row's TTFT and speed are its serving figures (load times
-    are in the result file and on the page)."""
-    table = Table("runner", "status", "TTFT ms", "tok/s ±95%", "GiB", "distance", "×truth",
+    """The closing table, readable at 80 columns: the metrics with a CLI column (harness/metrics.py), a serving row's
+    in the column of their single-request counterpart (load times are in the result file and on the page)."""
+    columns = [m for m in METRICS if m.column]
+    table = Table("runner", "status", *(m.column for m in columns), "distance", "×truth",
                   box=None, pad_edge=False, padding=(0, 1, 0, 0), header_style="bold underline", caption_justify="left")  # fmt: skip
     for column in table.columns:
         column.no_wrap = True
+    serving_of = {m.single: m for m in METRICS if m.single}
     flagged = False
     for r in rows:
         m = r.metrics
-        serving = "serving_tok_s" in m
-        speed, ttft = ("serving_tok_s", "serving_ttft_ms") if serving else ("decode_tok_s", "ttft_ms")
+        serving = "serving_tok_s" in m  # a serving row: its figures are the serving ones
         flagged = flagged or bool(r.unstable)
+        shown = [serving_of[c.key] if serving and c.key in serving_of else c for c in columns]
         table.add_row(
             literal(r.runner),
             r.status,
-            with_interval(m, ttft, r.unstable),
-            with_interval(m, speed, r.unstable),
-            short(m.get("peak_mem_gib")),
+            *(with_interval(m, c.key, r.unstable) if c.sampled else short(m.get(c.key)) for c in shown),
             "–" if r.distance is None else f"{r.distance:.2g}",
             "–" if r.truth_ratio is None else f"{r.truth_ratio:.2g}x",
         )

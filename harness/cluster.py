@@ -32,10 +32,10 @@ from pathlib import Path
 import numpy as np
 
 from harness import environment, launch
-from harness.bench import (BenchSettings, Reference, RowTrials, make_row, new_result, run_id_now, spec_fields,
-                           timeout_for, trial_spec, trials_for)  # fmt: skip
+from harness.bench import Reference, RowTrials, make_row
 from harness.registry import checkpoint_for
 from harness.results import ResultFile, Row, write_result
+from harness.settings import BenchSettings, new_result, run_id_now, spec_fields, timeout_for, trial_spec, trials_for
 from linnet_core.errors import UserError
 from runners import REFERENCE, TRUTH, RunnerInfo, get_runner
 

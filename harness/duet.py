@@ -29,10 +29,10 @@ from pathlib import Path
 from typing import Callable
 
 from harness import environment
-from harness.bench import GIB, BenchSettings, architecture, new_result, run_id_now, spec_fields, trial_spec
-from harness.launch import kill_tree, tail
+from harness.launch import REPO_ROOT, kill_tree, tail
 from harness.registry import checkpoint_for
 from harness.results import PeerDuet, ResultFile, Row, write_result
+from harness.settings import GIB, BenchSettings, architecture, new_result, run_id_now, spec_fields, trial_spec
 from harness.trials import combine_trials
 from runners import RunnerInfo
 
@@ -255,8 +255,6 @@ def peer_duet(settings: BenchSettings, ours: RunnerInfo, theirs: RunnerInfo, bas
               turns: Turns) -> PeerDuet:  # fmt: skip
     """A Linnet row and the stack it replaces (its peer), this checkout both, timed in turns: `pairs` process pairs.
     DuetFailed when either cannot be timed."""
-    from harness.launch import REPO_ROOT
-
     sides = (Side("ours", REPO_ROOT), Side("theirs", REPO_ROOT))
     samples: dict[str, dict[str, list]] = {"ours": {"decode_tok_s": [], "ttft_ms": []}, "theirs": {"decode_tok_s": [], "ttft_ms": []}}
     for p in range(pairs):

@@ -6,16 +6,17 @@ from __future__ import annotations
 import statistics
 
 from harness import stats
+from harness.metrics import METRICS
 from harness.results import ResultFile, Row
 from harness.validate import invalid_figures
 from linnet_core.errors import UserError
 
 # Figures a trial gives once (not per run): each trial's value is a sample, so they get intervals too.
-PER_TRIAL = ("load_s", "first_call_s", "peak_mem_gib")
-# Figures a version 1 row holds only as a median: merged as one sample per file.
-SAMPLED = ("decode_tok_s", "ttft_ms", "serving_tok_s", "serving_ttft_ms")
+PER_TRIAL = tuple(m.key for m in METRICS if not m.sampled)
+# Figures measured in each timed run; a version 1 row holds them only as a median: merged as one sample per file.
+SAMPLED = tuple(m.key for m in METRICS if m.sampled)
 # The headline figures whose disagreement between trials flags a row as unstable.
-UNSTABLE_METRICS = SAMPLED
+UNSTABLE_METRICS = tuple(m.key for m in METRICS if m.unstable)
 # Figures whose trials' mean is the row's: the other processes' CPU share over all of its trials (one busy trial of
 # three shows, where the median would hide it).
 MEAN_OVER_TRIALS = ("other_cpu_share",)

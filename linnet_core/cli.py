@@ -12,7 +12,7 @@ from typing import Optional
 import typer
 from rich.console import Console
 
-from linnet_core import dtypes
+from linnet_core import devices, dtypes
 from linnet_core.errors import UserError, literal, run_cli
 from linnet_core.targets import TARGETS, CompileOptions, compile_function
 
@@ -174,8 +174,8 @@ def export_triton(
 
 def check_dtype_device(dtype: str, device: Optional[str]) -> None:
     dtypes.check(dtype)
-    if device not in (None, "cpu", "cuda"):
-        raise UserError(f"unknown device {device!r}; use cpu or cuda")
+    if device is not None:
+        devices.check(device)
 
 
 def check_quant(quant: Optional[str], where: str) -> None:

@@ -20,6 +20,7 @@ class RunnerInfo:
     peer: str | None = None  # the runner id of the stack this row replaces
     kind: Literal["single", "serving"] = "single"  # single-request protocol or the serving workload
     quant: str | None = None  # the weights' quantization ("int8", "q8_0", "f16"); None: the run's dtype
+    dtype: str | None = None  # the dtype it computes in whatever the run's (linnet-ort-f16: "f16"); None: the run's
 
     def __post_init__(self):
         assert self.group in GROUPS, self.group
@@ -45,14 +46,14 @@ RUNNERS: dict[str, RunnerInfo] = {
         RunnerInfo("kerashub", "runners.kerashub", "KerasHub", "JAX"),
         RunnerInfo("linnet-stablehlo", "runners.linnet_stablehlo", "Linnet, XLA (StableHLO)", "JAX", peer="kerashub"),
         RunnerInfo("linnet-jax", "runners.linnet_jax", "Linnet, XLA (generated JAX)", "JAX", peer="kerashub"),
-        RunnerInfo("linnet-ort-f32", "runners.linnet_ort", "Linnet, ONNX Runtime f32", "ONNX Runtime and TensorRT"),
-        RunnerInfo("linnet-ort-f16", "runners.linnet_ort", "Linnet, ONNX Runtime f16", "ONNX Runtime and TensorRT"),
-        RunnerInfo("linnet-ort-bf16", "runners.linnet_ort", "Linnet, ONNX Runtime bf16", "ONNX Runtime and TensorRT"),
+        RunnerInfo("linnet-ort-f32", "runners.linnet_ort", "Linnet, ONNX Runtime f32", "ONNX Runtime and TensorRT", dtype="f32"),
+        RunnerInfo("linnet-ort-f16", "runners.linnet_ort", "Linnet, ONNX Runtime f16", "ONNX Runtime and TensorRT", dtype="f16"),
+        RunnerInfo("linnet-ort-bf16", "runners.linnet_ort", "Linnet, ONNX Runtime bf16", "ONNX Runtime and TensorRT", dtype="bf16"),
         RunnerInfo("linnet-ort-int8", "runners.linnet_ort:Int8", "Linnet, ONNX Runtime, int8 weights", "ONNX Runtime and TensorRT",
                    "llamacpp-linnet-gguf-q8_0", quant="int8"),
-        RunnerInfo("linnet-trt-f32", "runners.linnet_trt", "Linnet, TensorRT f32", "ONNX Runtime and TensorRT"),
-        RunnerInfo("linnet-trt-f16", "runners.linnet_trt", "Linnet, TensorRT f16", "ONNX Runtime and TensorRT"),
-        RunnerInfo("linnet-trt-bf16", "runners.linnet_trt", "Linnet, TensorRT bf16", "ONNX Runtime and TensorRT"),
+        RunnerInfo("linnet-trt-f32", "runners.linnet_trt", "Linnet, TensorRT f32", "ONNX Runtime and TensorRT", dtype="f32"),
+        RunnerInfo("linnet-trt-f16", "runners.linnet_trt", "Linnet, TensorRT f16", "ONNX Runtime and TensorRT", dtype="f16"),
+        RunnerInfo("linnet-trt-bf16", "runners.linnet_trt", "Linnet, TensorRT bf16", "ONNX Runtime and TensorRT", dtype="bf16"),
         RunnerInfo("vllm", "runners.vllm_offline", "vLLM", "LLM engines"),
         RunnerInfo("vllm-linnet-export", "runners.vllm_linnet_export", "vLLM on Linnet's export", "LLM engines", peer="vllm"),
         RunnerInfo("llamacpp-linnet-gguf", "runners.llamacpp_linnet_gguf", "llama.cpp on Linnet's GGUF", "LLM engines"),

@@ -11,18 +11,14 @@ os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
 
 import jax  # noqa: E402
 
+from linnet_core.devices import jax_device, jax_missing  # noqa: E402
+
 GIB = 2**30
-PLATFORMS = {"cpu": "cpu", "cuda": "gpu"}  # RunSpec.device -> JAX's platform name
 MEMORY_NOTE = "peak memory is JAX's allocator peak; the driver shows its pool, which grows in whole regions"
 
 
 def unavailable(spec) -> str | None:
-    if spec.device == "cuda":
-        try:
-            jax.devices("gpu")
-        except RuntimeError:
-            return "CUDA requested but JAX sees no GPU"
-    return None
+    return jax_missing(spec.device)
 
 
 LOOP_NOTE = "decode: the remaining tokens in one jitted call, an XLA while loop over the decode step (as KerasHub's sampler)"
@@ -39,7 +35,7 @@ def device(runner) -> jax.Device:
     if spec.device == "cpu":
         jax.config.update("jax_cpu_enable_async_dispatch", False)
         runner.notes.append(CPU_DISPATCH_NOTE)
-    return jax.devices(PLATFORMS[spec.device])[0]
+    return jax_device(spec.device)
 
 
 def record_allocator_peak(runner, dev: jax.Device) -> None:

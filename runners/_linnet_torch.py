@@ -12,7 +12,7 @@ from linnet_core.emit_torch import import_generated, write
 from linnet_core.arch import build_decoder
 from linnet_core.targets import CompileOptions
 from runners import base
-from runners._torch import cuda_unavailable, set_threads
+from runners._torch import cuda_unavailable, inference_only
 
 
 class LinnetTorchRunner(base.EngineRunner):
@@ -25,7 +25,7 @@ class LinnetTorchRunner(base.EngineRunner):
 
     def load(self):
         """Emitting and importing the module count as load time, as does a CUDA graph's capture."""
-        set_threads()
+        inference_only()
         spec = self.spec
         decoder = build_decoder(read_config(spec.checkpoint))
         options = CompileOptions(dtype=spec.dtype, max_positions=spec.max_positions, batch=1, quant=self.quant)

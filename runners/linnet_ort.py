@@ -1,5 +1,5 @@
-"""Linnet on ONNX Runtime (rows linnet-ort-f32, -f16, -bf16): the emitted ONNX graph in the dtype the runner id
-names, run by linnet_core.ort_engine on the CPU execution provider, or the CUDA one (IO binding, buffers on the
+"""Linnet on ONNX Runtime (rows linnet-ort-f32, -f16, -bf16): the emitted ONNX graph in the dtype its registry entry
+names (runners/__init__.py), run by linnet_core.ort_engine on the CPU execution provider, or the CUDA one (IO binding, buffers on the
 GPU) when the run is on a GPU. Loading emits and writes the model; the first call builds the session."""
 
 from __future__ import annotations
@@ -11,12 +11,7 @@ from linnet_core.emit_onnx import INT8_ACCURACY_LEVEL, INT8_BLOCK, write_onnx
 from linnet_core.arch import build_decoder
 from linnet_core.ort_engine import PROVIDER_LABELS, OrtEngine, SessionSettings, fuses_attention, why_unavailable
 from linnet_core.targets import CompileOptions
-from runners import base
-
-
-def dtype_of(runner_id: str) -> str:
-    """The row's compute dtype, fixed by its id ("linnet-ort-f16" -> "f16"), whatever the run's dtype."""
-    return runner_id.rsplit("-", 1)[1]
+from runners import RUNNERS, base
 
 
 class Runner(base.EngineRunner):
@@ -25,7 +20,9 @@ class Runner(base.EngineRunner):
 
     @classmethod
     def dtype_for(cls, spec) -> str:
-        return spec.dtype if cls.quant else dtype_of(spec.runner)
+        """The row's compute dtype: its registry entry's (linnet-ort-f16: f16, whatever the run's), else the run's."""
+        info = RUNNERS.get(spec.runner)
+        return spec.dtype if cls.quant or info is None or info.dtype is None else info.dtype
 
     @property
     def dtype(self) -> str:

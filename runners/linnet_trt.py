@@ -13,7 +13,7 @@ class Runner(linnet_ort.Runner):
     @classmethod
     def unavailable(cls, spec):
         # TensorRT exists only on a GPU: say what is missing here rather than falling back to the CPU.
-        missing = linnet_ort.why_unavailable("tensorrt", linnet_ort.dtype_of(spec.runner))
+        missing = linnet_ort.why_unavailable("tensorrt", cls.dtype_for(spec))
         if missing:
             return missing
         if spec.device != "cuda":

@@ -5,7 +5,7 @@ generated), with no cache anywhere. It is never timed and is no row of the page.
 Why beside the reference: the reference runs in the run's dtype and on its device, so in 16 bits its own rounding is as
 large as any row's, and a reference that is wrong (a cache its transformers release ignores) would make every right
 row look wrong. The truth has neither problem; each row's `truth_ratio` is its distance from the truth over the
-reference's, so a row that rounds like transformers sits near 1 (harness/bench.py, harness/check.py)."""
+reference's, so a row that rounds like transformers sits near 1 (harness/bench.py, harness/bounds.py)."""
 
 from __future__ import annotations
 

@@ -14,7 +14,8 @@ import pytest
 
 import numpy as np
 
-from harness.check import F16_PER_LAYER, GATE_THRESHOLDS, TOLERANCES, TRUTH_RATIO_BOUNDS, Thresholds, check, tolerance
+from harness.bounds import F16_PER_LAYER, TOLERANCES, TRUTH_RATIO_BOUNDS, tolerance
+from harness.check import GATE_THRESHOLDS, Thresholds, check
 from harness.results import SCHEMA_VERSION, ResultFile, Row, load_result, write_result
 from harness.trials import merge_runs
 from linnet_core.errors import UserError
@@ -824,7 +825,7 @@ def test_a_row_whose_distributions_left_the_reference_fails_on_accuracy(tmp_path
 
 
 def test_accuracy_bounds_follow_the_quantization_then_the_dtype(tmp_path):
-    from harness.check import ACCURACY_BOUNDS, accuracy_bound
+    from harness.bounds import ACCURACY_BOUNDS, accuracy_bound
 
     assert accuracy_bound("linnet-torch", None, "f32") == ACCURACY_BOUNDS["f32"]
     assert accuracy_bound("linnet-torch-int8", None, "f32") == ACCURACY_BOUNDS["int8"]  # from the runner id

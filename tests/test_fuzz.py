@@ -256,12 +256,11 @@ def printed(report) -> None:
     """The report as `check` prints it, through rich: text from the files must not be taken for markup."""
     from rich.console import Console
 
-    from harness import check as checks
-    from harness.cli import print_comparisons
+    from harness.check_report import print_comparisons, verdict
 
     console = Console(width=120, record=True, color_system=None)
     print_comparisons(console, report)
-    console.print(checks.verdict(report), highlight=False, soft_wrap=True)
+    console.print(verdict(report), highlight=False, soft_wrap=True)
 
 
 @settings(FUZZ, max_examples=20)

@@ -15,7 +15,7 @@ from safetensors.numpy import load_file, save_file
 
 from harness.accuracy import accuracy
 from harness.bench import BenchSettings, run_bench
-from harness.check import ACCURACY_BOUNDS, tolerance
+from harness.bounds import ACCURACY_BOUNDS, tolerance
 from harness.registry import get_model
 from harness.results import load_result
 from harness.workload import PROBE_PREFILL, get_profile, probe_ids

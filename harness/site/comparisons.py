@@ -1,5 +1,5 @@
-"""What the page compares: the metrics it charts, the headline cards (Linnet against the stack it replaces), and the
-one function that turns two measured figures into a ratio. Every comparison is computed from the rows; the only
+"""What the page compares: the metrics it charts and tables (harness/metrics.py marks which), the headline cards
+(Linnet against the stack it replaces), and the one function that turns two measured figures into a ratio. Every comparison is computed from the rows; the only
 stack names here are the card table's, which says which rows each card puts side by side."""
 
 from __future__ import annotations
@@ -9,67 +9,16 @@ from dataclasses import dataclass
 from fnmatch import fnmatchcase
 
 from harness import stats
+from harness.metrics import METRIC, METRICS, Metric
 from harness.results import Row
 from harness.site import numbers
-from harness.validate import is_number
 from runners import GROUPS
 
-
-@dataclass(frozen=True)
-class Metric:
-    key: str  # the field of a row's metrics, e.g. "decode_tok_s"
-    title: str  # chart and column heading, e.g. "Decode speed"
-    unit: str  # e.g. "tok/s"
-    higher_is_better: bool  # a rate (True) or a cost: a time, a size (False)
-    better: str = "faster"  # the word for a ratio above 1 ...
-    worse: str = "slower"  # ... and below 1
-
-    @property
-    def direction(self) -> str:
-        return "higher is better" if self.higher_is_better else "lower is better"
-
-    @property
-    def name(self) -> str:
-        """The title in running text: "decode speed"."""
-        return self.title[0].lower() + self.title[1:]
-
-    def value(self, row: Row) -> float | None:
-        """The row's measured figure; None when the row did not run or did not measure it."""
-        return row.metrics.get(self.key) if row.status == "ok" else None
-
-    def interval(self, row: Row) -> tuple[float, float, str] | None:
-        """(low, high, what) around the row's figure: its 95% interval ("95% CI") when it ran in several trials, else
-        the min–max of its runs ("min–max"); None when the row kept neither."""
-        if self.value(row) is None:
-            return None
-        m = row.metrics
-        ci = m.get(f"{self.key}_ci")
-        several = is_number(m.get("trials")) and m["trials"] > 1
-        if several and isinstance(ci, list) and len(ci) == 2 and all(is_number(v) for v in ci):
-            return (min(ci), max(ci), "95% CI")
-        low, high = m.get(f"{self.key}_min"), m.get(f"{self.key}_max")
-        if is_number(low) and is_number(high):
-            return (min(low, high), max(low, high), "min–max")
-        return None
-
-    def ratio_of(self, row: Row) -> float | None:
-        """The figure when a ratio can be taken of it (positive), else None."""
-        value = self.value(row)
-        return value if value is not None and value > 0 else None
-
-
-TTFT = Metric("ttft_ms", "Time to first token", "ms", higher_is_better=False)
-DECODE = Metric("decode_tok_s", "Decode speed", "tok/s", higher_is_better=True)
-SERVING = Metric("serving_tok_s", "Serving throughput", "tok/s", higher_is_better=True)
-SERVING_TTFT = Metric("serving_ttft_ms", "Serving time to first token", "ms", higher_is_better=False)
-LOAD = Metric("load_s", "Load time", "s", higher_is_better=False)
-FIRST_CALL = Metric("first_call_s", "First call", "s", higher_is_better=False)
-MEMORY = Metric("peak_mem_gib", "Peak memory", "GiB", higher_is_better=False, better="smaller", worse="larger")
-ENERGY = Metric("energy_j_per_tok", "Energy per token", "J/tok", higher_is_better=False, better="less", worse="more")
-
-# One chart per metric, in page order; the table shows first-call time beside load time.
-CHARTED = (TTFT, DECODE, SERVING, SERVING_TTFT, LOAD, MEMORY)
-TABLED = (TTFT, DECODE, SERVING, SERVING_TTFT, LOAD, FIRST_CALL, MEMORY, ENERGY)
+TTFT, DECODE, SERVING = METRIC["ttft_ms"], METRIC["decode_tok_s"], METRIC["serving_tok_s"]
+LOAD, FIRST_CALL, MEMORY, ENERGY = METRIC["load_s"], METRIC["first_call_s"], METRIC["peak_mem_gib"], METRIC["energy_j_per_tok"]
+# One chart per metric, in page order; the table shows first-call time beside load time (harness/metrics.py).
+CHARTED = tuple(m for m in METRICS if m.chart)
+TABLED = tuple(m for m in METRICS if m.table)
 
 
 @dataclass(frozen=True)

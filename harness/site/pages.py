@@ -11,7 +11,7 @@ import re
 from dataclasses import dataclass
 
 from harness.accuracy import shape_problem
-from harness.check import run_layers, tolerance, truth_ratio_bound
+from harness.bounds import run_layers, tolerance, truth_ratio_bound
 from harness.registry import ModelEntry
 from harness.results import ResultFile
 from harness.site import numbers

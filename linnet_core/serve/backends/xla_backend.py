@@ -9,24 +9,17 @@ import jax
 
 from linnet_core.arch import build_decoder
 from linnet_core.checkpoint import read_config
+from linnet_core.devices import jax_device
 from linnet_core.emit_jax import load_engine
 from linnet_core.errors import UserError
 from linnet_core.serve.backends import Built, EngineSpec
 from linnet_core.targets import CompileOptions
 
 
-def device_for(name: str):
-    platform = "gpu" if name == "cuda" else "cpu"
-    devices = [d for d in jax.devices() if d.platform == platform] if platform == "gpu" else jax.devices("cpu")
-    if not devices:
-        raise UserError("CUDA requested but JAX sees no GPU (install jax[cuda12])")
-    return devices[0]
-
-
 def make(spec: EngineSpec) -> Built:
     if spec.quant:
         raise UserError(f"the xla backend has no quantized weights (--quant {spec.quant}): use --backend torch or ort")
-    device = device_for(spec.device)
+    device = jax_device(spec.device)
     if spec.dtype == "f32":  # true f32 matmuls (a GPU would otherwise use TF32), as the single-request XLA rows
         jax.config.update("jax_default_matmul_precision", "highest")
     decoder = build_decoder(read_config(spec.checkpoint))

@@ -33,7 +33,7 @@ def rows(tiny, tmp_path_factory, private_cache):
 def test_f32_matches_transformers_through_the_cache_path(rows):
     row = rows["linnet-ort-f32"]
     assert row.status == "ok", row.reason
-    assert row.label == "Linnet, ONNX Runtime f32" and row.group == "ONNX Runtime and TensorRT" and row.peer is None
+    assert row.label == "Linnet, ONNX Runtime f32" and row.group == "ONNX Runtime and TensorRT" and row.peer == "llamacpp-linnet-gguf"
     assert 0 <= row.distance <= 1e-4
     assert row.tokens_agree == get_profile("quick").new_tokens
 

@@ -9,7 +9,6 @@ import json
 import shutil
 import subprocess
 import sys
-import types
 
 import pytest
 import torch
@@ -76,20 +75,6 @@ def test_each_architecture_module_holds_what_the_lookup_needs():
             assert callable(value) if callable(default) else value is None or isinstance(value, (str, tuple)), name
 
 
-@pytest.fixture
-def bare_architecture(monkeypatch):
-    """An architecture module holding only what every module must (Qwen2's), as a new family's may."""
-    qwen2 = architecture("qwen2")
-    bare = types.ModuleType("tests.bare_architecture")
-    for name in ("HF_CLASS", "DEFAULTS", "FIXED", "check", "build"):
-        setattr(bare, name, getattr(qwen2, name))
-    bare.MODEL_TYPE = "bare"
-    bare.hf_extras = lambda config: {**qwen2.hf_extras(config), "model_type": "bare"}
-    monkeypatch.setitem(sys.modules, bare.__name__, bare)
-    monkeypatch.setitem(ARCHITECTURES, "bare", bare.__name__)
-    return bare
-
-
 def test_a_module_may_leave_out_what_its_architecture_lacks(bare_architecture, tmp_path):
     """Without the optional attributes: the config reads, and llama.cpp's row and the GGUF export refuse in one line."""
     pytest.importorskip("llama_cpp")
@@ -107,17 +92,6 @@ def test_a_module_may_leave_out_what_its_architecture_lacks(bare_architecture, t
     with pytest.raises(UserError, match=reason):
         linnet_gguf.export(tmp_path, tmp_path / "m.gguf")
     assert not (tmp_path / "m.gguf").exists()
-
-
-def test_a_module_without_a_kerashub_model_has_no_kerashub_row(bare_architecture, tmp_path):
-    pytest.importorskip("keras_hub")
-    from runners.kerashub import unavailable
-    from tests.exports_helpers import run_spec
-
-    entry = get_model("qwen2-tiny")
-    (tmp_path / "config.json").write_text(json.dumps(dataclasses.replace(entry.config, model_type="bare").to_hf()))
-    reason = unavailable(run_spec(entry, "kerashub", tmp_path, tmp_path))
-    assert reason.startswith("KerasHub ") and reason.endswith(" has no causal LM for the bare architecture")
 
 
 def test_llama3_rope_scaling_matches_transformers():

@@ -8,6 +8,8 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
+from linnet_core.arch import architecture, architecture_of, build_decoder, declared
+
 
 @dataclass(frozen=True)
 class ModelConfig:
@@ -69,8 +71,6 @@ class ModelConfig:
     @property
     def num_parameters(self) -> int:
         """Parameters counted once (a tied head shares the embedding), from the model description's weights."""
-        from linnet_core.arch import build_decoder
-
         total = 0
         for weight in build_decoder(self).all_weights():
             n = 1
@@ -82,16 +82,12 @@ class ModelConfig:
     @property
     def architecture(self):
         """The module of linnet_core/arch/ that builds this config's description."""
-        from linnet_core.arch import architecture
-
         return architecture(self.model_type)
 
     @classmethod
     def from_hf(cls, hf: dict[str, Any]) -> ModelConfig:
         """Reads a Hugging Face config.json dict of a supported architecture (ValueError otherwise): the dimensions
         are required; other keys default as transformers' config class of that architecture does."""
-        from linnet_core.arch import architecture_of
-
         if not isinstance(hf, dict):
             raise ValueError(f"config.json holds a {type(hf).__name__}, not an object")
         arch = architecture_of(hf)
@@ -102,7 +98,7 @@ class ModelConfig:
         scaling = hf.get("rope_scaling") or {k: v for k, v in rope.items() if k != "rope_theta"}
         values["rope_theta"] = float(hf.get("rope_theta") or rope.get("rope_theta") or arch.DEFAULTS["rope_theta"])
         values["rope_scaling"] = read_rope_scaling(scaling)
-        values |= arch.read(hf) if hasattr(arch, "read") else {}  # what only this architecture's config.json says
+        values |= declared(arch, "read")(hf)  # what only this architecture's config.json says
         act = hf.get("hidden_act") or hf.get("hidden_activation") or arch.FIXED["hidden_act"]
         if act != arch.FIXED["hidden_act"]:
             raise ValueError(f"{arch.MODEL_TYPE} with hidden activation {act!r} is not supported ({arch.FIXED['hidden_act']} only)")

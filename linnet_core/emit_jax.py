@@ -1,9 +1,9 @@
 """Linnet's JAX emitter: the model description (linnet_core.graph) rendered as a readable, standalone JAX module.
 
 Each op kind is rendered once: a helper function (HELPERS) emitted once into the module, and one call line
-per op (render_op) in the block, the prologue or the epilogue. Linears reading the same value (q, k and v;
-gate and up) share one call over their weights concatenated at load: one matmul, one kernel, instead of
-three. The fixed rest of the module (the jitted
+per op (render_op) in the block, the prologue or the epilogue. Parallel linears (q, k and v; gate and up: found and
+named by linnet_core.fuse) share one call over their weights concatenated at load: one matmul, one kernel,
+instead of three. The fixed rest of the module (the jitted
 `prefill` and `decode_step` over a donated static KV cache, the safetensors loader, the Engine) is the
 template templates/jax_module.py.j2. `compile_jax` is the `jax` target of `linnet compile`."""
 
@@ -19,6 +19,7 @@ from pathlib import Path
 import jinja2
 
 from linnet_core.dtypes import long_name
+from linnet_core.fuse import Fused, parallel_linears
 from linnet_core.graph import Decoder, Op
 from linnet_core.rope import inverse_frequencies
 from linnet_core.safetensors_np import read_safetensors
@@ -156,25 +157,9 @@ def name(value: str) -> str:
     return IDENTIFIERS.get(value, value)
 
 
-def parallel_linears(ops: tuple[Op, ...]) -> list[tuple[Op, ...]]:
-    """The ops in order, grouped: each run of linears reading the same value (all biased, or none) is one group,
-    rendered as one matmul over their weights concatenated at load; every other op is a group of its own."""
-    def key(op):
-        return (op.inputs, len(op.weights)) if op.kind == "linear" else id(op)
-
-    return [tuple(run) for _, run in itertools.groupby(ops, key)]
-
-
-def fused_name(weights: tuple[str, ...]) -> str:
-    """The parameter concatenating these weights: "q_proj+k_proj+v_proj.weight"; one weight keeps its name."""
-    stems, suffixes = zip(*(w.rsplit(".", 1) for w in weights))
-    assert len(set(suffixes)) == 1, weights
-    return "+".join(stems) + "." + suffixes[0]
-
-
-def params_of(group: tuple[Op, ...]) -> list[tuple[str, tuple[str, ...]]]:
-    """(parameter name, the weights it concatenates) for each weight argument of the group's call."""
-    return [(fused_name(ws), ws) for ws in zip(*(op.weights for op in group))]
+def params_of(item: Op | Fused) -> list[tuple[str, tuple[str, ...]]]:
+    """(parameter name, the weights it concatenates) for each weight argument of the item's call."""
+    return list(item.weights.items()) if isinstance(item, Fused) else [(w, (w,)) for w in item.weights]
 
 
 def render_op(op: Op, weight_ref: str, shape: str | None = None) -> str:
@@ -201,15 +186,15 @@ def render_op(op: Op, weight_ref: str, shape: str | None = None) -> str:
     return f"{', '.join(outs)} = {FUNCTIONS[op.kind]}({', '.join(args)}){comment}"
 
 
-def render_group(group: tuple[Op, ...], weight_ref: str, widths: dict[str, int]) -> str:
+def render_group(item: Op | Fused, weight_ref: str, widths: dict[str, int]) -> str:
     """A lone op as render_op does; parallel linears as one call split into their outputs."""
-    if len(group) == 1:
-        return render_op(group[0], weight_ref)
-    merged = Op("linear", ("_",), group[0].inputs, tuple(fused for fused, _ in params_of(group)))
+    if not isinstance(item, Fused):
+        return render_op(item, weight_ref)
+    merged = Op("linear", ("_",), item.ops[0].inputs, tuple(item.weights))
     call = render_op(merged, weight_ref).split(" = ", 1)[1]
-    ends = list(itertools.accumulate(widths[op.weights[0]] for op in group))[:-1]
-    outs = ", ".join(name(op.out[0]) for op in group)
-    return f"{outs} = jnp.split({call}, {ends}, axis=-1)  # {', '.join(op.shape for op in group)}"
+    ends = list(itertools.accumulate(widths[op.weights[0]] for op in item.ops))[:-1]
+    outs = ", ".join(name(op.out[0]) for op in item.ops)
+    return f"{outs} = jnp.split({call}, {ends}, axis=-1)  # {', '.join(op.shape for op in item.ops)}"
 
 
 def python_list(names: list[str]) -> str:

@@ -17,7 +17,8 @@ Nothing grows or is concatenated onto the cache: each layer writes its new keys 
 attends over its row's positions up to the query's (stale entries of an earlier sequence in the row are never
 read). Each `present` is meant to be bound to the same memory as its `past` (linnet_core/ort_engine.py does): a call
 then writes only its new entries. Which B rows a call reads is the caller's choice of memory, so the graph has no
-row input.
+row input. Parallel linears (q/k/v, gate/up: linnet_core.fuse) are one MatMul over their weights concatenated into one
+initializer ("qkv_proj.weight"), then a Split.
 
 Attention takes one of two forms (CompileOptions.fused_attention):
 - fused: ONNX Runtime's RotaryEmbedding and GroupQueryAttention contrib ops, three nodes a layer where the plain
@@ -40,6 +41,7 @@ import onnx
 from onnx import TensorProto, helper
 
 from linnet_core.checkpoint import load_weights
+from linnet_core.fuse import Fused, parallel_linears
 from linnet_core.graph import Decoder, Op
 from linnet_core.quant import onnx_blocks, quantize
 from linnet_core.rope import inverse_frequencies
@@ -131,6 +133,13 @@ class GraphBuilder:
         shape = "x".join(map(str, array.shape)) or "scalar"
         return self.tensor(f"const.{array.dtype.name}.{shape}.{label}", array, elem)
 
+    def split(self, x: str, sizes: tuple[int, ...], names: tuple[str, ...], doc: str = "") -> tuple[str, ...]:
+        """x split along its last dim into parts of `sizes`, named `names` in the current scope."""
+        outputs = [self.fresh(n) for n in names]
+        self.nodes.append(helper.make_node("Split", [x, self.const(list(sizes))], outputs, name=f"{outputs[0]}_split",
+                                           doc_string=doc, axis=-1))  # fmt: skip
+        return tuple(outputs)
+
 
 class OnnxEmitter:
     """Renders a Decoder as one ONNX model in one compute dtype, over a cache of `rows` x `max_positions`."""
@@ -157,6 +166,7 @@ class OnnxEmitter:
     def build(self, tensors: dict[str, np.ndarray]) -> onnx.ModelProto:
         """tensors: the checkpoint's arrays by Hugging Face name (any float dtype)."""
         self.tensors, self.hf_names = tensors, self.decoder.hf_names()
+        self.parts: dict[str, list[str]] = {}  # a fused weight's name -> the weights it concatenates
         env = {"tokens": "tokens", "positions": "positions"}
         self.render(self.decoder.prologue, env, {w.name: w.name for w in self.decoder.global_weights})
         for layer in range(self.config.num_hidden_layers):
@@ -177,12 +187,31 @@ class OnnxEmitter:
         return self.model()
 
     def render(self, ops: tuple[Op, ...], env: dict[str, str], weight_names: dict[str, str]) -> None:
-        """Each op reads env's values and its weights, and (re)defines its outputs in env."""
-        for op in ops:
-            if self.pending_add and not self.fuses_with_pending_add(op, env):
+        """Each op reads env's values and its weights, and (re)defines its outputs in env; parallel linears run as
+        one."""
+        for item in parallel_linears(ops):
+            if self.pending_add and (isinstance(item, Fused) or not self.fuses_with_pending_add(item, env)):
                 self.flush_add()
+            if isinstance(item, Fused):
+                env.update(self.fused_linear(item, env, weight_names))
+                continue
+            op = item
             outs = getattr(self, op.kind)(op, *(env[i] for i in op.inputs), *(weight_names[w] for w in op.weights))
             env.update(zip(op.out, outs if isinstance(outs, tuple) else (outs,)))
+
+    def fused_linear(self, fused: Fused, env: dict[str, str], weight_names: dict[str, str]) -> dict[str, str]:
+        """One MatMul over the fused weight (+ its bias), split into the linears' outputs."""
+        names = []
+        for name, parts in fused.weights.items():  # "qkv_proj.weight" -> "layers.3.qkv_proj.weight", and its parts
+            prefix = weight_names[parts[0]].removesuffix(parts[0])
+            names.append(prefix + name)
+            self.parts[names[-1]] = [weight_names[p] for p in parts]
+        ops = fused.ops
+        joint = Op("linear", (fused.output,), ops[0].inputs, tuple(fused.weights), ", ".join(op.shape for op in ops))
+        y = self.linear(joint, env[ops[0].inputs[0]], *names)
+        sizes = tuple(self.array(part).shape[0] for part in self.parts[names[0]])
+        outs = tuple(op.out[0] for op in ops)
+        return dict(zip(outs, self.g.split(y, sizes, outs, joint.shape)))
 
     def model(self) -> onnx.ModelProto:
         c, dt = self.config, self.elem
@@ -224,13 +253,19 @@ class OnnxEmitter:
         if name in self.g.initializers:
             assert self.g.initializers[name].doc_string == doc, f"{name} is read in two layouts"
             return name
-        array = np.asarray(self.tensors[self.hf_names[name]]).astype(np.float32).astype(self.np_dtype)
+        array = self.array(name).astype(np.float32).astype(self.np_dtype)
         return self.g.tensor(name, array.T if transpose else array, self.elem, doc)
+
+    def array(self, name: str) -> np.ndarray:
+        """A Linnet weight's checkpoint array; a fused weight's parts concatenated along their output dim."""
+        if name in self.parts:
+            return np.concatenate([self.array(part) for part in self.parts[name]])
+        return np.asarray(self.tensors[self.hf_names[name]])
 
     def int8_weight(self, name: str) -> tuple[str, str, int, int]:
         """A Linnet weight [N, K] as MatMulNBits' inputs, created on first use: its int8 blocks (linnet_core.quant)
         and their scales [N * blocks] in the compute dtype. Returns (blocks, scales, N, K)."""
-        array = np.asarray(self.tensors[self.hf_names[name]])
+        array = self.array(name)
         n, k = array.shape
         blocks, scales = f"{name}.int8", f"{name}.scales"
         if blocks not in self.g.initializers:

@@ -3,9 +3,8 @@ safetensors only), with the loader that maps the checkpoint's tensors onto it an
 
 Each op kind has one small render function returning the line of `forward` it becomes; the module's frame
 (helpers, the Decoder over the blocks, the loader, the Engine) is the template templates/torch_module.py.j2.
-Before rendering, consecutive linear ops that read the same value are fused into one matmul (q/k/v, gate/up):
-decode is memory-bound, and one pass over a fused weight beats three over its parts; and q and k, side by side
-in the fused output, are rotated by one rope call."""
+Before rendering, parallel linear ops (q/k/v, gate/up; found and named by linnet_core.fuse) become one matmul over
+their fused weight, and q and k, side by side in the fused output, are rotated by one rope call."""
 
 from __future__ import annotations
 
@@ -24,6 +23,7 @@ import jinja2
 from linnet_core import dtypes
 from linnet_core.checkpoint import check_weights, header_shapes
 from linnet_core.errors import UserError
+from linnet_core.fuse import Fused, parallel_linears
 from linnet_core.graph import Decoder, Op
 from linnet_core.rope import inverse_frequencies
 from linnet_core.targets import CompileOptions
@@ -49,43 +49,22 @@ def attr(weight: str) -> str:
     return weight.replace(".", "_")
 
 
-def fused_name(weights: list[str]) -> str:
-    """The fused weight's name: q_proj, k_proj, v_proj -> qkv_proj; gate_proj, up_proj -> gate_up_proj."""
-    stems = [w.split(".")[0].removesuffix("_proj") for w in weights]
-    joined = "".join(stems) if all(len(s) == 1 for s in stems) else "_".join(stems)
-    return f"{joined}_proj.{weights[0].split('.')[-1]}"
-
-
 def fuse_linears(ops: tuple[Op, ...], shapes: dict[str, tuple[int, ...]]) -> tuple[list[Op], dict[str, list[str]]]:
-    """Consecutive linear ops reading one input, all with or all without bias, become one linear op with several
-    outputs over a weight concatenated along its output dim. Returns the ops and, for each fused weight, the
-    weights it concatenates (in order). shapes: weight name -> shape."""
+    """Each run of parallel linears (linnet_core.fuse) becomes one linear op with several outputs over their fused
+    weight. Returns the ops and, for each fused weight, the weights it concatenates (in order). shapes: weight
+    name -> shape."""
     out: list[Op] = []
     fused: dict[str, list[str]] = {}
-    i = 0
-    while i < len(ops):
-        group = [ops[i]]
-        while (
-            ops[i].kind == "linear"
-            and i + len(group) < len(ops)
-            and (nxt := ops[i + len(group)]).kind == "linear"
-            and nxt.inputs == ops[i].inputs
-            and len(nxt.weights) == len(ops[i].weights)
-        ):
-            group.append(nxt)
-        i += len(group)
-        if len(group) == 1:
-            out.append(group[0])
+    for item in parallel_linears(ops):
+        if not isinstance(item, Fused):
+            out.append(item)
             continue
-        names = []
-        for part in zip(*(op.weights for op in group)):  # (q.weight, k.weight, v.weight), then the biases
-            names.append(fused_name(list(part)))
-            fused[names[-1]] = list(part)
-        split = tuple(shapes[op.weights[0]][0] for op in group)
-        outs = tuple(v for op in group for v in op.out)
-        shape = ", ".join(op.shape for op in group)
-        joint = names[0].split(".")[0].removesuffix("_proj")  # the fused output's name: "qkv", "gate_up"
-        out.append(Op("linear", outs, group[0].inputs, tuple(names), shape, {"split": split, "joint": joint}))
+        fused |= {name: list(parts) for name, parts in item.weights.items()}
+        split = tuple(shapes[op.weights[0]][0] for op in item.ops)
+        outs = tuple(v for op in item.ops for v in op.out)
+        shape = ", ".join(op.shape for op in item.ops)
+        attrs = {"split": split, "joint": item.output}
+        out.append(Op("linear", outs, item.ops[0].inputs, tuple(item.weights), shape, attrs))
     return out, fused
 
 

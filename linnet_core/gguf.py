@@ -1,11 +1,11 @@
 """The GGUF export: a checkpoint as one GGUF file that llama.cpp loads, written with the `gguf` package.
 
-The architecture's llama.cpp name (its module's GGUF_ARCH: qwen2, llama, qwen3) with the hyperparameters llama.cpp
-requires, the tokenizer (`gpt2` BPE; a synthetic byte-level vocabulary when the checkpoint has none), and the
-tensors under llama.cpp's names. Qwen2 and Qwen3 use NEOX-style RoPE (rotate halves), as Hugging Face stores q/k;
-llama.cpp's `llama` rotates adjacent pairs, so its q/k rows are permuted as llama.cpp's own converter does, and
-Llama 3's frequency scaling travels as the `rope_freqs` tensor of per-pair divisors.
-A tied output head is not stored: llama.cpp reads `token_embd.weight` for it."""
+The generic writer: the architecture's llama.cpp name with the hyperparameters every llama.cpp loader reads, the
+tokenizer (`gpt2` BPE; a synthetic byte-level vocabulary when the checkpoint has none), and the tensors under
+llama.cpp's names. What one architecture's llama.cpp loader wants besides (its name, pre-tokenizer, extra keys,
+tensor values it stores otherwise than Hugging Face, extra tensors, and how far llama.cpp is from transformers on it)
+is declared by its module in linnet_core/arch/ (GGUF_ARCH, GGUF_PRE_TOKENIZER, gguf_hyperparameters, gguf_tensor,
+gguf_extra_tensors, LLAMA_CPP_MISMATCH). A tied output head is not stored: llama.cpp reads `token_embd.weight`."""
 
 from __future__ import annotations
 
@@ -17,11 +17,11 @@ from pathlib import Path
 import gguf
 
 from linnet_core import checkpoint
+from linnet_core.arch import declared
 from linnet_core.config import ModelConfig
 from linnet_core.errors import UserError
 
 Q = gguf.GGMLQuantizationType
-PRE_TOKENIZERS = {"LLAMA": "llama-bpe"}  # llama.cpp's pre-tokenizer for a synthetic vocabulary; else "qwen2"
 # --dtype -> (storage of 2-D weights, the file type llama.cpp reports). Norms and biases stay f32, as in
 # llama.cpp's own converter.
 DTYPES = {
@@ -47,11 +47,12 @@ def export(source: Path, out: Path, dtype: str = "f32", name: str | None = None)
         raise UserError(f"unknown GGUF dtype {dtype!r}; use one of {', '.join(DTYPES)}")
     source, out = Path(source), Path(out)
     config = checkpoint.read_config(source)
+    arch = arch_of(config)
     tmp = temporary_sibling(out)
     try:
         tensors = checkpoint.load_weights(source, framework="pt")  # "pt": bf16 checkpoints have no numpy dtype
         vocabulary = read_vocabulary(source, config)
-        writer = gguf.GGUFWriter(tmp, gguf.MODEL_ARCH_NAMES[arch_of(config)])
+        writer = gguf.GGUFWriter(tmp, gguf.MODEL_ARCH_NAMES[arch])
         write_hyperparameters(writer, config, dtype, name or source.name)
         write_vocabulary(writer, vocabulary, source, config)
         for gguf_name, array, qtype in gguf_tensors(tensors, config, dtype):
@@ -81,21 +82,23 @@ def temporary_sibling(out: Path) -> str:
     return tmp
 
 
-# Architectures whose GGUF this llama.cpp does not compute as transformers does, and what was measured.
-LLAMA_CPP_MISMATCH = {
-    "GEMMA3": "llama.cpp's Gemma 3 is not within the f32 bound of transformers: on gemma3-tiny its logits are "
-              "2.5e-2 from transformers' with an f32 GGUF and KV cache (its Llama and Qwen rows: under 1e-4), and it "
-              "ignores query_pre_attn_scalar and sliding-window patterns other than 5:1; the GGUF export is written",
-}  # fmt: skip
-
-
 def llama_cpp_mismatch(config: ModelConfig) -> str | None:
-    """Why llama.cpp's row cannot stand for this architecture, or None."""
-    return LLAMA_CPP_MISMATCH.get(config.architecture.GGUF_ARCH)
+    """Why llama.cpp's row cannot stand for this architecture (no GGUF export, or a measured gap), or None."""
+    try:
+        arch_of(config)
+    except UserError as e:
+        return str(e)
+    return declared(config.architecture, "LLAMA_CPP_MISMATCH")
 
 
 def arch_of(config: ModelConfig) -> gguf.MODEL_ARCH:
-    return getattr(gguf.MODEL_ARCH, config.architecture.GGUF_ARCH)
+    """llama.cpp's architecture for the config's (its module's GGUF_ARCH); a one-line error when there is none."""
+    name = declared(config.architecture, "GGUF_ARCH")
+    if name is None:
+        raise UserError(f"Linnet has no GGUF export for the {config.model_type} architecture")
+    if not hasattr(gguf.MODEL_ARCH, name):
+        raise UserError(f"gguf {gguf.__version__} has no {name} architecture for {config.model_type}; upgrade gguf")
+    return getattr(gguf.MODEL_ARCH, name)
 
 
 def write_hyperparameters(writer: gguf.GGUFWriter, config: ModelConfig, dtype: str, name: str) -> None:
@@ -115,55 +118,34 @@ def write_hyperparameters(writer: gguf.GGUFWriter, config: ModelConfig, dtype: s
     writer.add_value_length(config.head_dim)
     writer.add_rope_dimension_count(config.head_dim)
     writer.add_vocab_size(config.vocab_size)
-    if config.layer_types is not None:  # Gemma 3: which layers slide, over how many positions, turning how fast
-        writer.add_sliding_window(config.sliding_window)
-        writer.add_sliding_window_pattern([t == "sliding_attention" for t in config.layer_types])
-        writer.add_rope_freq_base_swa(config.rope_local_base_freq)
-    if config.query_pre_attn_scalar is not None:
-        writer.add_attention_scale(config.query_pre_attn_scalar**-0.5)
+    for key, value in declared(config.architecture, "gguf_hyperparameters")(config).items():
+        getattr(writer, f"add_{key}")(value)
 
 
 def gguf_tensors(tensors: dict, config: ModelConfig, dtype: str):
-    """(llama.cpp name, array, storage type) per tensor. Arrays keep Hugging Face's [out, in] layout: the
-    writer reverses the dimensions into GGUF's order. 1-D tensors (norms, biases) stay f32."""
-    arch = arch_of(config)
-    names = gguf.get_tensor_name_map(arch, config.num_hidden_layers)
-    weight_type = DTYPES[dtype][0]
-    if arch == gguf.MODEL_ARCH.LLAMA and config.rope_scaling:
-        yield gguf.TENSOR_NAMES[gguf.MODEL_TENSOR.ROPE_FREQS] + ".weight", rope_divisors(config), Q.F32
+    """(llama.cpp name, array, storage type) per tensor: the architecture's extra tensors, then the checkpoint's
+    as its gguf_tensor hook gives them. Arrays keep Hugging Face's [out, in] layout: the writer reverses the
+    dimensions into GGUF's order. 1-D tensors (norms, biases) stay f32."""
+    arch = config.architecture
+    names = gguf.get_tensor_name_map(arch_of(config), config.num_hidden_layers)
+    for key, data in declared(arch, "gguf_extra_tensors")(config).items():
+        yield gguf.TENSOR_NAMES[getattr(gguf.MODEL_TENSOR, key)] + ".weight", *stored(data, dtype)
+    tensor_hook = declared(arch, "gguf_tensor")
     for hf_name, tensor in tensors.items():
         if hf_name == "lm_head.weight" and config.tie_word_embeddings:
             continue  # tied: llama.cpp falls back to token_embd.weight
         gguf_name = names.get_name(hf_name, try_suffixes=(".weight", ".bias"))
-        assert gguf_name is not None, f"no llama.cpp name for {hf_name}"
-        data = tensor.float().numpy()
-        if arch == gguf.MODEL_ARCH.GEMMA3 and hf_name.endswith("norm.weight"):
-            data = data + 1.0  # llama.cpp's Gemma norms scale by the stored weight, Hugging Face's by (1 + w)
-        if arch == gguf.MODEL_ARCH.LLAMA and ".self_attn.q_proj." in hf_name:
-            data = interleave_rope_rows(data, config.num_attention_heads)
-        elif arch == gguf.MODEL_ARCH.LLAMA and ".self_attn.k_proj." in hf_name:
-            data = interleave_rope_rows(data, config.num_key_value_heads)
-        qtype = weight_type if data.ndim == 2 else Q.F32
-        if qtype == Q.Q8_0 and data.shape[-1] % gguf.GGML_QUANT_SIZES[Q.Q8_0][0]:
-            qtype = Q.F16  # rows not a whole number of 32-value blocks: what llama.cpp's converter does
-        yield gguf_name, gguf.quants.quantize(data, qtype), qtype
+        if gguf_name is None:
+            raise UserError(f"llama.cpp's {arch.GGUF_ARCH} has no tensor for the checkpoint's {hf_name}")
+        yield gguf_name, *stored(tensor_hook(hf_name, tensor.float().numpy(), config), dtype)
 
 
-def interleave_rope_rows(data, heads: int):
-    """q or k projection rows (weight [heads * D, in] or bias [heads * D]) reordered per head from Hugging Face's
-    halves (dim i pairs with i + D/2) to llama.cpp's adjacent pairs (2i with 2i + 1): llama.cpp's converter's
-    permute."""
-    return data.reshape(heads, 2, data.shape[0] // heads // 2, *data.shape[1:]).swapaxes(1, 2).reshape(data.shape)
-
-
-def rope_divisors(config: ModelConfig):
-    """llama.cpp's rope_freqs: per pair of dims, what its plain RoPE frequency is divided by (Llama 3 scaling)."""
-    import numpy as np
-
-    from linnet_core.rope import inverse_frequencies
-
-    plain = inverse_frequencies(config.head_dim, config.rope_theta)
-    return (plain / inverse_frequencies(config.head_dim, config.rope_theta, config.rope_scaling)).astype(np.float32)
+def stored(data, dtype: str):
+    """(the array as stored, its storage type) for an export in `dtype`: 2-D weights in it, the rest in f32."""
+    qtype = DTYPES[dtype][0] if data.ndim == 2 else Q.F32
+    if qtype == Q.Q8_0 and data.shape[-1] % gguf.GGML_QUANT_SIZES[Q.Q8_0][0]:
+        qtype = Q.F16  # rows not a whole number of 32-value blocks: what llama.cpp's converter does
+    return gguf.quants.quantize(data, qtype), qtype
 
 
 def read_vocabulary(source: Path, config: ModelConfig) -> Vocabulary:
@@ -174,7 +156,7 @@ def read_vocabulary(source: Path, config: ModelConfig) -> Vocabulary:
 
 def write_vocabulary(writer: gguf.GGUFWriter, vocabulary: Vocabulary, source: Path, config: ModelConfig) -> None:
     writer.add_tokenizer_model("gpt2")
-    writer.add_tokenizer_pre(PRE_TOKENIZERS.get(config.architecture.GGUF_ARCH, "qwen2"))
+    writer.add_tokenizer_pre(declared(config.architecture, "GGUF_PRE_TOKENIZER"))
     writer.add_token_list(vocabulary.tokens)
     writer.add_token_types(vocabulary.types)
     if vocabulary.source == "tokenizer":

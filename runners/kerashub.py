@@ -1,5 +1,6 @@
-"""KerasHub: the architecture's causal LM of keras_hub.models (QwenCausalLM, Llama3CausalLM, Qwen3CausalLM: its
-module's KERAS_HUB) on Keras's JAX backend, loaded from the Hugging Face checkpoint, greedy.
+"""KerasHub: the architecture's causal LM of keras_hub.models (its module's KERAS_HUB in linnet_core/arch/, with
+how its cache build is called: KERAS_HUB_CACHE_ARGS) on Keras's JAX backend, loaded from the Hugging Face
+checkpoint, greedy.
 
 KerasHub's generate() is one jitted function: `_build_cache` runs the backbone over the whole padded sequence
 (prompt + room for the new tokens) to seed its cache, then its sampler's while loop calls `call_with_cache` once
@@ -10,12 +11,12 @@ sampler's loop for the remaining tokens (still one XLA while loop). The score pa
 from __future__ import annotations
 
 import contextlib
-import inspect
 import itertools
 import os
 
 import numpy as np
 
+from linnet_core.arch import declared
 from linnet_core.checkpoint import read_config
 from linnet_core.dtypes import long_name
 from runners import _jax, base  # _jax configures JAX before Keras imports it
@@ -27,11 +28,12 @@ import keras  # noqa: E402
 import keras_hub  # noqa: E402
 from keras import ops  # noqa: E402
 
+
 def keras_classes(spec):
     """(backbone class, causal-LM class) of keras_hub.models for the checkpoint's architecture, or a reason why
     KerasHub has none here."""
     arch = read_config(spec.checkpoint).architecture
-    names = arch.KERAS_HUB
+    names = declared(arch, "KERAS_HUB")
     if names is None or not all(hasattr(keras_hub.models, n) for n in names):
         return f"KerasHub {keras_hub.__version__} has no causal LM for the {arch.MODEL_TYPE} architecture"
     return tuple(getattr(keras_hub.models, n) for n in names)
@@ -61,6 +63,7 @@ class Runner(base.Runner):
 
     def load(self):
         self.device, self.lm = load_causal_lm(self)
+        self.cache_args = declared(read_config(self.spec.checkpoint).architecture, "KERAS_HUB_CACHE_ARGS")
         # Explicit variable state, as KerasHub's own compiled generate passes it.
         self.state = ([v.value for v in self.lm.trainable_variables], [v.value for v in self.lm.non_trainable_variables])
         self.prefill_fn = jax.jit(self.first_token)
@@ -80,11 +83,9 @@ class Runner(base.Runner):
             yield
 
     def build_lm_cache(self, token_ids):
-        """KerasHub's cache build over token_ids [1, L]; Gemma 3's also takes its vision inputs (none here) and a
-        padding mask (all positions real: attention is causal, so the padding after the prompt is never read)."""
-        if "vision_mask" in inspect.signature(self.lm._build_cache).parameters:
-            return self.lm._build_cache(token_ids, None, None, ops.ones_like(token_ids, dtype="bool"), None)
-        return self.lm._build_cache(token_ids)
+        """KerasHub's cache build over token_ids [1, L], called with the arguments the architecture declares."""
+        values = {"token_ids": token_ids, "padding_mask": ops.ones_like(token_ids, dtype="bool"), None: None}
+        return self.lm._build_cache(*(values[a] for a in self.cache_args))
 
     def next(self, prompt, cache, index):
         """KerasHub's generate_step `next`: logits for the token before `index`, written into the cache."""

@@ -34,6 +34,25 @@ def tiny_checkpoint(tiny, private_cache):
     return synthetic_checkpoint(tiny.id, tiny.config, tiny.checkpoint_dtype)
 
 
+@pytest.fixture
+def bare_architecture(monkeypatch):
+    """An architecture module holding only what every module must (Qwen2's), as a new family's may."""
+    import sys
+    import types
+
+    from linnet_core.arch import ARCHITECTURES, architecture
+
+    qwen2 = architecture("qwen2")
+    bare = types.ModuleType("tests.bare_architecture")
+    for name in ("HF_CLASS", "DEFAULTS", "FIXED", "check", "build"):
+        setattr(bare, name, getattr(qwen2, name))
+    bare.MODEL_TYPE = "bare"
+    bare.hf_extras = lambda config: {**qwen2.hf_extras(config), "model_type": "bare"}
+    monkeypatch.setitem(sys.modules, bare.__name__, bare)
+    monkeypatch.setitem(ARCHITECTURES, "bare", bare.__name__)
+    return bare
+
+
 # Qwen2's pre-tokenizer split (tokenizer.json of Qwen2/Qwen2.5): what llama.cpp's "qwen2" pre-tokenizer implements.
 QWEN2_SPLIT = (
     r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"

@@ -4,6 +4,7 @@ harness, and a local checkpoint directory runs with no registry entry, its hosti
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 import subprocess
@@ -15,7 +16,7 @@ import torch
 from harness.check import tolerance
 from harness.results import load_result
 from linnet_core import checkpoint
-from linnet_core.arch import ARCHITECTURES, architecture, build_decoder
+from linnet_core.arch import ARCHITECTURES, OPTIONAL, architecture, build_decoder, declared
 from linnet_core.config import ModelConfig
 from linnet_core.errors import UserError
 from linnet_core.models import MODELS, get_model, local_entry
@@ -81,6 +82,28 @@ def test_each_architecture_module_holds_what_the_lookup_needs():
         arch = architecture(model_type)
         assert arch.MODEL_TYPE == model_type and arch.HF_CLASS.endswith("ForCausalLM")
         assert callable(arch.build) and callable(arch.check) and callable(arch.hf_extras)
+        for name in OPTIONAL:  # each optional attribute a module declares has its default's kind
+            value, default = declared(arch, name), OPTIONAL[name]
+            assert callable(value) if callable(default) else value is None or isinstance(value, (str, tuple)), name
+
+
+def test_a_module_may_leave_out_what_its_architecture_lacks(bare_architecture, tmp_path):
+    """Without the optional attributes: the config reads, and llama.cpp's row and the GGUF export refuse in one line."""
+    pytest.importorskip("llama_cpp")
+    from linnet_core import gguf as linnet_gguf
+    from runners.llamacpp_linnet_gguf import Runner
+    from tests.exports_helpers import run_spec
+
+    entry = get_model("qwen2-tiny")
+    config = dataclasses.replace(entry.config, model_type="bare")
+    assert ModelConfig.from_hf(config.to_hf()) == config
+    (tmp_path / "config.json").write_text(json.dumps(config.to_hf()))
+    reason = "Linnet has no GGUF export for the bare architecture"
+    assert linnet_gguf.llama_cpp_mismatch(config) == reason
+    assert Runner.unavailable(run_spec(entry, "llamacpp-linnet-gguf", tmp_path, tmp_path)) == reason
+    with pytest.raises(UserError, match=reason):
+        linnet_gguf.export(tmp_path, tmp_path / "m.gguf")
+    assert not (tmp_path / "m.gguf").exists()
 
 
 def test_llama3_rope_scaling_matches_transformers():
@@ -182,22 +205,45 @@ def test_every_linnet_row_matches_transformers_on_each_twin(model, row, referenc
 
 
 def test_the_gguf_is_written_for_the_architecture(tmp_path):
+    """Each architecture's llama.cpp quirks, as its module declares them: Llama's q/k rows in adjacent RoPE pairs
+    and its rope_freqs, Gemma 3's norms of (1 + w) and its sliding-window keys, each family's pre-tokenizer."""
     import gguf
 
     from linnet_core import gguf as linnet_gguf
 
-    for model, arch, rope_freqs in (("llama-tiny", "llama", True), ("qwen3-tiny", "qwen3", False),
-                                    ("gemma3-tiny", "gemma3", False), ("olmo2-tiny", "olmo2", False)):  # fmt: skip
+    for model, arch, rope_freqs, pre in (("llama-tiny", "llama", True, "llama-bpe"),
+                                         ("qwen3-tiny", "qwen3", False, "qwen2"),
+                                         ("gemma3-tiny", "gemma3", False, "qwen2"),
+                                         ("olmo2-tiny", "olmo2", False, "qwen2")):  # fmt: skip
         entry = get_model(model)
-        source = checkpoint.synthetic_checkpoint(entry.id, entry.config, entry.checkpoint_dtype)
+        c = entry.config
+        source = checkpoint.synthetic_checkpoint(entry.id, c, entry.checkpoint_dtype)
         reader = gguf.GGUFReader(linnet_gguf.export(source, tmp_path / f"{model}.gguf"))
-        assert reader.fields["general.architecture"].contents() == arch
-        names = {t.name for t in reader.tensors}
-        assert ("rope_freqs.weight" in names) == rope_freqs
-        assert ("blk.0.attn_q_norm.weight" in names) == (arch in ("qwen3", "gemma3", "olmo2"))
-        assert ("blk.0.attn_norm.weight" in names) == (arch != "olmo2")  # OLMo 2: norms after, none before
-        assert ("blk.0.post_ffw_norm.weight" in names) == (arch in ("gemma3", "olmo2"))
-        assert ("output.weight" in names) == (not entry.config.tie_word_embeddings)
+        fields = {k: f.contents() for k, f in reader.fields.items()}
+        assert fields["general.architecture"] == arch and fields["tokenizer.ggml.pre"] == pre
+        found = {t.name: t.data.reshape(tuple(reversed(t.shape))) for t in reader.tensors}  # back to [out, in]
+        assert ("rope_freqs.weight" in found) == rope_freqs
+        assert ("blk.0.attn_q_norm.weight" in found) == (arch in ("qwen3", "gemma3", "olmo2"))
+        assert ("blk.0.attn_norm.weight" in found) == (arch != "olmo2")  # OLMo 2: norms after, none before
+        assert ("blk.0.post_ffw_norm.weight" in found) == (arch in ("gemma3", "olmo2"))
+        assert ("output.weight" in found) == (not c.tie_word_embeddings)
+        hf = checkpoint.load_weights(source)
+        q = hf["model.layers.0.self_attn.q_proj.weight"]
+        if arch == "llama":  # head 0's first pair: rows 0 and D/2 in Hugging Face's order, 0 and 1 in llama.cpp's
+            assert (found["blk.0.attn_q.weight"][1] == q[c.head_dim // 2]).all()
+            plain = inverse_frequencies(c.head_dim, c.rope_theta)
+            divisors = plain / inverse_frequencies(c.head_dim, c.rope_theta, c.rope_scaling)
+            assert (found["rope_freqs.weight"] == divisors).all() and (divisors > 1).any()
+        else:
+            assert (found["blk.0.attn_q.weight"] == q).all()
+        if arch != "olmo2":
+            norm = hf["model.layers.0.input_layernorm.weight"]
+            assert (found["blk.0.attn_norm.weight"] == (norm + 1 if arch == "gemma3" else norm)).all()
+        if arch == "gemma3":
+            assert fields["gemma3.attention.sliding_window"] == c.sliding_window
+            sliding = [t == "sliding_attention" for t in c.layer_types]
+            assert fields["gemma3.attention.sliding_window_pattern"] == sliding
+            assert fields["gemma3.rope.freq_base_swa"] == c.rope_local_base_freq
 
 
 # ---- any local checkpoint ----------------------------------------------------------------------------------------

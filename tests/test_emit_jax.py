@@ -48,7 +48,7 @@ def test_the_source_renders_each_op_kind_once_and_every_op_in_order(tiny):
     assigned = [ast.unparse(t).strip("()") for s in block.body if isinstance(s, ast.Assign) for t in s.targets]
     expected = [", ".join(op.out + (("cache",) if op.kind == "attention" else ())) for op in decoder.block]
     assert ", ".join(assigned) == ", ".join(expected)
-    assert 'linear(h, p["q_proj+k_proj+v_proj.weight"], p["q_proj+k_proj+v_proj.bias"])' in source
+    assert 'linear(h, p["qkv_proj.weight"], p["qkv_proj.bias"])' in source
     assert "[B, T, 192]" in source and "eps=1e-06" in source and "inv_freq=INV_FREQ" in source
 
 

@@ -16,6 +16,7 @@ import pytest
 
 from linnet_core.emit_onnx import DATA_FILE, MODEL_FILE, write_onnx
 from linnet_core.arch import build_decoder
+from linnet_core.fuse import Fused, parallel_linears
 from linnet_core.targets import CompileOptions, compile_function
 
 ROWS, POSITIONS = 2, 64
@@ -58,7 +59,12 @@ def test_every_weight_is_stored_once_and_the_head_reads_the_embedding(models, ti
     graph = graph_of(models[dtype])
     decoder = build_decoder(tiny.config)
     weights = {t.name: t for t in graph.initializer if not t.name.startswith(("const.", "rope."))}
-    assert set(weights) == {w.name for w in decoder.all_weights()}
+    # parallel linears read one initializer: their weights concatenated ("layers.0.qkv_proj.weight")
+    fused = {part: name for item in parallel_linears(decoder.block) if isinstance(item, Fused)
+             for name, parts in item.weights.items() for part in parts}  # fmt: skip
+    layers = {f"layers.{n}.{fused.get(w, w)}" for n in range(tiny.config.num_hidden_layers) for w in decoder.weights_of_layer(n)}
+    assert set(weights) == {w.name for w in decoder.global_weights} | layers
+    assert {"layers.0.qkv_proj.weight", "layers.0.qkv_proj.bias", "layers.0.gate_up_proj.weight"} <= set(weights)
     assert sum(math.prod(t.dims) for t in weights.values()) == tiny.config.num_parameters
     embed = weights["embed.weight"]
     assert list(embed.dims) == [tiny.config.vocab_size, tiny.config.hidden_size]

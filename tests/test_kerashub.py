@@ -3,6 +3,9 @@ exactly what KerasHub's own generate() gives, and its score path lands within 1e
 
 from __future__ import annotations
 
+import dataclasses
+import json
+
 import numpy as np
 
 from harness.bench import BenchSettings, run_bench
@@ -49,3 +52,12 @@ def test_the_kerashub_serving_row_serves_gemma3(tmp_path, private_cache):
     assert row.status == "ok", row.reason
     assert row.metrics["serving_tok_s"] > 0
     assert row.tokens_agree >= 1 and not any("greedy tokens follow" in n for n in row.notes), row.notes
+
+
+def test_an_architecture_without_a_kerashub_model_has_no_kerashub_row(bare_architecture, tiny, tmp_path):
+    from runners.kerashub import unavailable
+    from tests.exports_helpers import run_spec
+
+    (tmp_path / "config.json").write_text(json.dumps(dataclasses.replace(tiny.config, model_type="bare").to_hf()))
+    reason = unavailable(run_spec(tiny, "kerashub", tmp_path, tmp_path))
+    assert reason.startswith("KerasHub ") and reason.endswith(" has no causal LM for the bare architecture")

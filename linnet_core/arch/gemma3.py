@@ -17,7 +17,15 @@ DEFAULTS = {"rope_theta": 1_000_000.0, "rms_norm_eps": 1e-6, "tie_word_embedding
             "rope_local_base_freq": 10_000.0, "query_pre_attn_scalar": 256}  # fmt: skip
 FIXED = {"mlp_bias": False, "hidden_act": "gelu_pytorch_tanh"}
 GGUF_ARCH = "GEMMA3"
+LLAMA_CPP_MISMATCH = (
+    "llama.cpp's Gemma 3 is not within the f32 bound of transformers: on gemma3-tiny its logits are 2.5e-2 from "
+    "transformers' with an f32 GGUF and KV cache (its Llama and Qwen rows: under 1e-4), and it ignores "
+    "query_pre_attn_scalar and sliding-window patterns other than 5:1; the GGUF export is written"
+)
 KERAS_HUB = ("Gemma3Backbone", "Gemma3CausalLM")
+# Gemma3CausalLM's cache build also takes image embeddings, a vision mask and vision indices (none: text only),
+# and a padding mask (all true: attention is causal, so the padding after the prompt is never read)
+KERAS_HUB_CACHE_ARGS = ("token_ids", None, None, "padding_mask", None)
 SLIDING_WINDOW_PATTERN = 6  # transformers' default: every sixth layer is global
 
 
@@ -54,6 +62,23 @@ def hf_extras(config) -> dict:
             "layer_types": list(config.layer_types),
             "final_logit_softcapping": None, "attn_logit_softcapping": None, "use_bidirectional_attention": False,
             "pad_token_id": 0}  # fmt: skip
+
+
+def gguf_hyperparameters(config) -> dict:
+    """Which layers slide, over how many positions, turning how fast; the attention scores' scale."""
+    keys = {}
+    if config.layer_types is not None:
+        keys |= {"sliding_window": config.sliding_window,
+                 "sliding_window_pattern": [t == "sliding_attention" for t in config.layer_types],
+                 "rope_freq_base_swa": config.rope_local_base_freq}  # fmt: skip
+    if config.query_pre_attn_scalar is not None:
+        keys["attention_scale"] = config.query_pre_attn_scalar**-0.5
+    return keys
+
+
+def gguf_tensor(name: str, array, config):
+    # llama.cpp's Gemma norms scale by the stored weight, Hugging Face's by (1 + w)
+    return array + 1.0 if name.endswith("norm.weight") else array
 
 
 def build(config: ModelConfig) -> Decoder:

@@ -4,6 +4,7 @@ artefacts that ONNX Runtime loads in a fresh process."""
 
 from __future__ import annotations
 
+import collections
 import json
 import math
 import subprocess
@@ -167,3 +168,15 @@ def test_fused_attention_is_refused_for_another_target_in_one_line(tmp_path):
     )  # fmt: skip
     assert out.returncode == 1 and out.stdout.strip() == "error: --fused-attention is for the onnx target, not torch", out
     assert "Traceback" not in out.stderr and not (tmp_path / "out").exists()
+
+
+def test_the_fused_graph_has_a_few_contrib_nodes_a_layer_where_the_plain_one_has_many(models, tiny):
+    """Per layer: one GroupQueryAttention, a RotaryEmbedding for q and one for k, and each residual add with the
+    RMSNorm after it as one SkipSimplifiedLayerNormalization (all but the last, which the head's Gather reads)."""
+    layers = tiny.config.num_hidden_layers
+    fused = collections.Counter(n.op_type for n in graph_of(models["f32-fused"]).node)
+    plain = collections.Counter(n.op_type for n in graph_of(models["f32"]).node)
+    assert fused["GroupQueryAttention"] == layers and fused["RotaryEmbedding"] == 2 * layers
+    assert fused["SkipSimplifiedLayerNormalization"] == 2 * layers - 1
+    assert not {"GroupQueryAttention", "RotaryEmbedding", "SkipSimplifiedLayerNormalization"} & set(plain)
+    assert sum(fused.values()) < sum(plain.values()) / 2

@@ -97,8 +97,13 @@ def export_gguf(
     """Write MODEL as one GGUF file for llama.cpp."""
     from linnet_core import gguf
 
+    from linnet_core.arch import gguf_refusal
+    from linnet_core.models import get_model
+
     if dtype not in gguf.DTYPES:  # before building synthetic weights
         raise UserError(f"unknown GGUF dtype {dtype!r}; use one of {', '.join(gguf.DTYPES)}")
+    if why := gguf_refusal(get_model(model).config):
+        raise UserError(why)
     entry, source = resolve(model, weights, seed)
     start = time.perf_counter()
     path = gguf.export(source, out, dtype, name=entry.id)

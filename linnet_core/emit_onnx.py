@@ -34,7 +34,7 @@ from onnx import TensorProto, helper
 from linnet_core.checkpoint import load_weights
 from linnet_core.graph import Decoder, Op
 from linnet_core.quant import onnx_blocks, quantize
-from linnet_core.rope import inverse_frequencies
+from linnet_core.rope import check_positions, rotation
 from linnet_core.targets import CompileOptions
 
 OPSET = 21  # ONNX Runtime >= 1.18 and TensorRT 10 read it
@@ -120,6 +120,8 @@ class OnnxEmitter:
         self.dtype, (self.elem, self.np_dtype) = dtype, DTYPES[dtype]
         self.rows, self.max_positions = rows, max_positions
         c = self.config
+        for ops in decoder.blocks():
+            check_positions(next(op for op in ops if op.kind == "rope").attrs, max_positions)
         self.cache_shape = [rows, c.num_hidden_layers, 2, c.num_key_value_heads, max_positions, c.head_dim]
         self.g = GraphBuilder()
 
@@ -127,7 +129,7 @@ class OnnxEmitter:
 
     def build(self, tensors: dict[str, np.ndarray]) -> onnx.ModelProto:
         """tensors: the checkpoint's arrays by Hugging Face name (any float dtype)."""
-        self.tensors, self.hf_names = tensors, self.decoder.hf_names()
+        self.tensors, self.stored = tensors, {w.name: w for w in self.decoder.all_weights()}
         self.new_kv: list[str] = []  # per layer: k, v [B, 1, 1, KV, T, D], written into cache_out at the end
         env = {"tokens": "tokens", "positions": "positions"}
         self.render(self.decoder.prologue, env, {w.name: w.name for w in self.decoder.global_weights})
@@ -191,13 +193,13 @@ class OnnxEmitter:
         if name in self.g.initializers:
             assert self.g.initializers[name].doc_string == doc, f"{name} is read in two layouts"
             return name
-        array = np.asarray(self.tensors[self.hf_names[name]]).astype(np.float32).astype(self.np_dtype)
+        array = np.asarray(self.stored[name].take(self.tensors)).astype(np.float32).astype(self.np_dtype)
         return self.g.tensor(name, array.T if transpose else array, self.elem, doc)
 
     def int8_weight(self, name: str) -> tuple[str, str, int, int]:
         """A Linnet weight [N, K] as MatMulNBits' inputs, created on first use: its int8 blocks (linnet_core.quant)
         and their scales [N * blocks] in the compute dtype. Returns (blocks, scales, N, K)."""
-        array = np.asarray(self.tensors[self.hf_names[name]])
+        array = np.asarray(self.stored[name].take(self.tensors))
         n, k = array.shape
         blocks, scales = f"{name}.int8", f"{name}.scales"
         if blocks not in self.g.initializers:
@@ -262,25 +264,34 @@ class OnnxEmitter:
         return self.g.op("Add", y, self.weight(bias), name=op.out[0], doc=op.shape) if bias else y
 
     def rope(self, op: Op, q: str, k: str, positions: str) -> tuple[str, str]:
-        """x * cos + rotate_half(x) * sin on each head, rotate_half(x) = [-x2, x1] for the halves x1, x2 of its D.
-        Rendered as x * cos + [x2, x1] * [-sin, sin]: one Gather swaps the halves, the sign lives in the table.
+        """x * cos + rotate_half(x) * sin on each head, rotate_half(x) = [-x2, x1] for the halves x1, x2 of its first
+        R dims (R = D unless partial rotary leaves the others unturned). Rendered as x * cos + [x2, x1] * [-sin, sin]:
+        one Gather swaps the halves, the sign lives in the table.
 
         q [B, T, NQ*D], k [B, T, KV*D] -> as heads [B, T, NQ, D], [B, T, KV, D], rotated by their positions"""
-        d = op.attrs["head_dim"]
-        cos, signed_sin = self.rope_tables(positions, d, inverse_frequencies(d, op.attrs["theta"], op.attrs["scaling"]))
-        swap = self.g.const(np.r_[np.arange(d // 2, d), np.arange(d // 2)], name="swap_halves")
+        g, d = self.g, op.attrs["head_dim"]
+        inv_freq, scale = rotation(op.attrs)
+        r = 2 * len(inv_freq)
+        cos, signed_sin = self.rope_tables(positions, r, inv_freq, scale)
+        swap = g.const(np.r_[np.arange(r // 2, r), np.arange(r // 2)], name="swap_halves")
         out = []
         for x, heads, name in ((q, op.attrs["heads"], "q"), (k, op.attrs["kv_heads"], "k")):
-            x = self.g.op("Reshape", x, self.g.const([0, 0, heads, d]), name=f"{name}_heads")
-            swapped = self.g.op("Gather", x, swap, axis=-1, name=f"{name}_swapped")
-            x_cos = self.g.op("Mul", x, cos, name=f"{name}_cos")
-            swapped_sin = self.g.op("Mul", swapped, signed_sin, name=f"{name}_sin")
-            out.append(self.g.op("Add", x_cos, swapped_sin, name=f"{name}_roped"))
+            x = g.op("Reshape", x, g.const([0, 0, heads, d]), name=f"{name}_heads")
+            turned = x
+            if r < d:  # partial rotary: the first r dims turn, the others pass
+                turned = g.op("Slice", x, g.const([0]), g.const([r]), g.const([-1]), name=f"{name}_turned")
+                passed = g.op("Slice", x, g.const([r]), g.const([d]), g.const([-1]), name=f"{name}_passed")
+            swapped = g.op("Gather", turned, swap, axis=-1, name=f"{name}_swapped")
+            x_cos = g.op("Mul", turned, cos, name=f"{name}_cos")
+            swapped_sin = g.op("Mul", swapped, signed_sin, name=f"{name}_sin")
+            roped = g.op("Add", x_cos, swapped_sin, name=f"{name}_roped")
+            out.append(g.op("Concat", roped, passed, axis=-1, name=f"{name}_rotary") if r < d else roped)
         return out[0], out[1]
 
-    def rope_tables(self, positions: str, d: int, inv_freq: np.ndarray) -> tuple[str, str]:
-        """cos and [-sin, sin] of the halves, [B, T, 1, D], once per graph: the angles in f32 as transformers
-        computes them, then cast to the compute dtype."""
+    def rope_tables(self, positions: str, d: int, inv_freq: np.ndarray, scale: float = 1.0) -> tuple[str, str]:
+        """cos and [-sin, sin] of the halves, [B, T, 1, d] for the d dims RoPE turns, times `scale` (LongRoPE's
+        attention factor), once per graph: the angles in f32 as transformers computes them, then cast to the
+        compute dtype."""
         g = self.g
 
         def make():
@@ -291,10 +302,14 @@ class OnnxEmitter:
             sign = g.const(np.r_[-np.ones(d // 2), np.ones(d // 2)], np.float32, "sin_sign")
             cos = g.op("Cos", angles, name="rope_cos_f32")
             signed_sin = g.op("Mul", g.op("Sin", angles, name="rope_sin_f32"), sign, name="rope_signed_sin_f32")
+            if scale != 1.0:
+                factor = g.const(scale, np.float32, "rope_scale")
+                cos = g.op("Mul", cos, factor, name="rope_cos_scaled")
+                signed_sin = g.op("Mul", signed_sin, factor, name="rope_signed_sin_scaled")
             return self.cast(cos, self.elem, "rope_cos"), self.cast(signed_sin, self.elem, "rope_signed_sin")
 
         tables = self.__dict__.setdefault("_rope_tables", [])  # one pair per distinct table (Gemma has two)
-        key = inv_freq.tobytes()
+        key = inv_freq.tobytes() + np.float64(scale).tobytes()
         tables.append(key) if key not in tables else None
         n = tables.index(key)
         if n:  # the second table's values get names of their own

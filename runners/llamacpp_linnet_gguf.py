@@ -18,6 +18,7 @@ import numpy as np
 import torch  # noqa: F401  # the export reads the checkpoint through torch: imported here, so it is not timed as export
 
 from linnet_core import gguf as linnet_gguf
+from linnet_core.arch import gguf_refusal
 from linnet_core.checkpoint import read_config
 from linnet_core.errors import UserError
 from runners import base
@@ -87,7 +88,8 @@ class Runner(base.Runner):
     def unavailable(cls, spec):
         if spec.device == "cuda" and not llama_cpp.llama_supports_gpu_offload():
             return "this llama-cpp-python build has no GPU offload (rebuild it with CMAKE_ARGS=-DGGML_CUDA=on)"
-        return linnet_gguf.llama_cpp_mismatch(read_config(Path(spec.checkpoint)))
+        config = read_config(Path(spec.checkpoint))
+        return gguf_refusal(config) or linnet_gguf.llama_cpp_mismatch(config)
 
     def load(self):
         self.settings = Settings.from_spec(self.spec, self.gguf_dtype)

@@ -22,7 +22,7 @@ from linnet_core.models import MODELS, get_model, local_entry
 from linnet_core.rope import inverse_frequencies
 from runners import RUNNERS
 
-TWINS = ("llama-tiny", "qwen3-tiny", "gemma3-tiny")  # qwen2-tiny's rows are the other test files' subject
+TWINS = ("llama-tiny", "qwen3-tiny", "gemma3-tiny", "phi3-tiny")  # qwen2-tiny's rows are the other test files' subject
 # Every single-request row that runs on a CPU; the serving rows' engines are test_serve_backends' subject.
 ROWS = ["linnet-torch", "linnet-inductor", "linnet-jax", "linnet-stablehlo", "linnet-ort-f32", "linnet-ort-f16",
         "llamacpp-linnet-gguf", "kerashub", "transformers-compiled"]  # fmt: skip
@@ -91,8 +91,15 @@ def test_the_twin_has_its_architecture(model):
     if model == "llama-tiny":
         assert entry.config.rope_scaling["rope_type"] == "llama3" and "lm_head.weight" in names
         assert not any(n.endswith(".bias") for n in names)
-    else:
+    elif model != "phi3-tiny":
         assert "head_norm" in ops and entry.config.head_dim * entry.config.num_attention_heads != entry.config.hidden_size
+    if model == "phi3-tiny":  # fused q/k/v and gate/up tensors in the checkpoint, RoPE on 12 of 16 dims, LongRoPE
+        decoder = build_decoder(entry.config)
+        rope = next(op for op in decoder.block if op.kind == "rope").attrs
+        assert rope["rotary_dim"] == 12 and rope["scaling"]["rope_type"] == "longrope"
+        assert set(checkpoint.tensor_shapes(entry.config)) >= {"model.layers.0.self_attn.qkv_proj.weight",
+                                                                "model.layers.0.mlp.gate_up_proj.weight"}  # fmt: skip
+        assert "model.layers.0.self_attn.q_proj.weight" not in checkpoint.tensor_shapes(entry.config)
     if model == "gemma3-tiny":  # both kinds of layer, each with its own window and RoPE base
         decoder = build_decoder(entry.config)
         attention = [next(op for op in ops if op.kind == "attention").attrs for ops in decoder.blocks()]
@@ -234,7 +241,7 @@ def edit_config(path, **changes):
         (lambda p: (p / "config.json").write_text("{not json"), "not valid JSON"),
         (lambda p: (p / "config.json").write_text("[1, 2]"), "holds a list, not an object"),
         (lambda p: edit_config(p, model_type="mamba"),
-         "architecture 'mamba' is not supported; Linnet supports qwen2, llama, qwen3, gemma3_text"),
+         "architecture 'mamba' is not supported; Linnet supports qwen2, llama, qwen3, gemma3_text, phi3"),
         (lambda p: edit_config(p, model_type=None, architectures=["GPT2LMHeadModel"]), "names no model_type"),
         (lambda p: edit_config(p, hidden_size=96), "has shape"),
         (lambda p: edit_config(p, head_dim=16), "has shape"),
@@ -262,7 +269,7 @@ def test_the_cli_says_an_unsupported_architecture_in_one_line(local_checkpoint):
     out = subprocess.run([sys.executable, "-m", "harness.cli", "run", str(local_checkpoint)], capture_output=True,
                          text=True, timeout=120)  # fmt: skip
     assert out.returncode == 1
-    assert "architecture 'gpt2' is not supported; Linnet supports qwen2, llama, qwen3, gemma3_text" in out.stdout + out.stderr
+    assert "architecture 'gpt2' is not supported; Linnet supports qwen2, llama, qwen3, gemma3_text, phi3" in out.stdout + out.stderr
     assert "Traceback" not in out.stdout + out.stderr
 
 

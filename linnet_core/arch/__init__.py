@@ -7,7 +7,7 @@ Each module holds:
     HF_CLASS        transformers' causal-LM class ("LlamaForCausalLM"), written into exported config.json files
     DEFAULTS        what transformers' config class assumes for the keys a config.json leaves out
     FIXED           ModelConfig fields the architecture fixes whatever config.json says (Qwen2's q/k/v biases)
-    GGUF_ARCH       llama.cpp's name for it (gguf.MODEL_ARCH)
+    GGUF_ARCH       llama.cpp's name for it (gguf.MODEL_ARCH), or None: Linnet's GGUF export does not write it
     KERAS_HUB       (backbone class, causal-LM class) names in keras_hub.models, or None
     check(hf)       a ValueError for a feature of the config.json that Linnet does not compute
     hf_extras(c)    architecture-specific keys of an exported config.json
@@ -25,6 +25,7 @@ ARCHITECTURES = {
     "llama": "linnet_core.arch.llama",
     "qwen3": "linnet_core.arch.qwen3",
     "gemma3_text": "linnet_core.arch.gemma3",
+    "phi3": "linnet_core.arch.phi3",
 }
 
 
@@ -54,6 +55,13 @@ def architecture_of(hf: dict[str, Any]) -> ModuleType:
     module = architecture(model_type)
     module.check(hf)
     return module
+
+
+def gguf_refusal(config) -> str | None:
+    """Why Linnet's GGUF export does not write this config's architecture (its module has no GGUF_ARCH), or None."""
+    if config.architecture.GGUF_ARCH is None:
+        return f"Linnet's GGUF export does not write the {config.model_type} architecture"
+    return None
 
 
 def build_decoder(config):

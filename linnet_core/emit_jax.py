@@ -195,8 +195,8 @@ def render_op(op: Op, weight_ref: str, shape: str | None = None) -> str:
         attrs = {}
     elif op.kind == "rope":  # its base, scaling and rotated dims became a table of the module's INV_FREQ
         attrs = {k: v for k, v in op.attrs.items() if k not in ("theta", "scaling", "table", "rotary_dim")}
-        if rotation(op.attrs)[1] != 1.0:
-            attrs["scale"] = rotation(op.attrs)[1]
+        scale = rotation(op.attrs)[1]  # LongRoPE's factor on cos and sin
+        attrs |= {"scale": scale} if scale != 1.0 else {}
     else:
         attrs = op.attrs
     if op.kind in CACHE_KINDS:

@@ -44,10 +44,11 @@ def check_seed(seed: int) -> None:
 
 
 def tensor_shapes(config: ModelConfig) -> dict[str, tuple[int, ...]]:
-    """Every tensor of the Hugging Face layout by name, from the model description; a tied head is not stored."""
+    """Every tensor of the Hugging Face layout by name, from the model description (fused tensors whole); a tied
+    head is not stored."""
     from linnet_core.arch import build_decoder
 
-    return {w.hf_name: w.shape for w in build_decoder(config).all_weights()}
+    return build_decoder(config).checkpoint_shapes()
 
 
 def read_config(path: Path) -> ModelConfig:

@@ -102,8 +102,11 @@ def export_gguf(
     """Write MODEL as one GGUF file for llama.cpp."""
     from linnet_core import gguf
 
+    from linnet_core.models import get_model
+
     if dtype not in gguf.DTYPES:  # before building synthetic weights
         raise UserError(f"unknown GGUF dtype {dtype!r}; use one of {', '.join(gguf.DTYPES)}")
+    gguf.arch_of(get_model(model).config)  # an architecture without a GGUF export: one line, before any weights
     entry, source = resolve(model, weights, seed)
     start = time.perf_counter()
     path = gguf.export(source, out, dtype, name=entry.id)

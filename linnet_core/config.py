@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from linnet_core.arch import architecture, architecture_of, build_decoder, declared
+from linnet_core import rope
 
 
 @dataclass(frozen=True)
@@ -33,6 +34,7 @@ class ModelConfig:
     sliding_window: int | None = None  # a sliding_attention layer's query sees its last sliding_window positions
     rope_local_base_freq: float | None = None  # the RoPE base of sliding_attention layers (Gemma 3)
     query_pre_attn_scalar: float | None = None  # attention scores are scaled by its -1/2 power (None: head_dim's)
+    partial_rotary_factor: float | None = None  # RoPE turns the first rotary_dim = head_dim * it dims of a head (Phi-3)
     bos_token_id: int | None = None  # begin-of-sequence token, if any
     eos_token_id: int | None = None  # end-of-sequence token (ignored by the benchmark)
 
@@ -67,6 +69,19 @@ class ModelConfig:
                 raise ValueError(f"sliding_attention layers need a positive integer sliding_window, not {self.sliding_window!r}")
         if not (isinstance(self.rms_norm_eps, (int, float)) and 0 < self.rms_norm_eps < 1):
             raise ValueError(f"rms_norm_eps must be a number in (0, 1), not {self.rms_norm_eps!r}")
+        factor = self.partial_rotary_factor
+        if factor is not None and not (isinstance(factor, (int, float)) and 0 < factor <= 1 and self.rotary_dim % 2 == 0
+                                       and self.rotary_dim > 0):  # fmt: skip
+            raise ValueError(f"partial_rotary_factor must be in (0, 1] and leave an even number of rotated dims of "
+                             f"head_dim {self.head_dim}, not {factor!r}")  # fmt: skip
+        if self.rope_scaling and self.rope_scaling.get("rope_type") == "longrope":  # its lists' lengths need rotary_dim
+            object.__setattr__(self, "rope_scaling", rope.longrope(self.rope_scaling, self.rotary_dim, self.max_position_embeddings))
+
+    @property
+    def rotary_dim(self) -> int:
+        """The dims of each head RoPE turns (the first ones; the rest pass through): head_dim * partial_rotary_factor,
+        rounded down as transformers does."""
+        return int(self.head_dim * self.partial_rotary_factor) if self.partial_rotary_factor is not None else self.head_dim
 
     @property
     def num_parameters(self) -> int:
@@ -97,7 +112,7 @@ class ModelConfig:
         rope = hf.get("rope_parameters") if isinstance(hf.get("rope_parameters"), dict) else {}
         scaling = hf.get("rope_scaling") or {k: v for k, v in rope.items() if k != "rope_theta"}
         values["rope_theta"] = float(hf.get("rope_theta") or rope.get("rope_theta") or arch.DEFAULTS["rope_theta"])
-        values["rope_scaling"] = read_rope_scaling(scaling)
+        values["rope_scaling"] = read_rope_scaling(scaling, hf.get("original_max_position_embeddings"))
         values |= declared(arch, "read")(hf)  # what only this architecture's config.json says
         act = hf.get("hidden_act") or hf.get("hidden_activation") or arch.FIXED["hidden_act"]
         if act != arch.FIXED["hidden_act"]:
@@ -127,17 +142,20 @@ class ModelConfig:
 
 LAYER_TYPES = {"full_attention", "sliding_attention"}
 # Keys read from config.json as they are; the rest are computed (rope) or only one architecture's to read (its read()).
-ARCH_ONLY = ("hidden_act", "layer_types", "sliding_window", "rope_local_base_freq", "query_pre_attn_scalar")
+ARCH_ONLY = ("hidden_act", "layer_types", "sliding_window", "rope_local_base_freq", "query_pre_attn_scalar",
+             "partial_rotary_factor")  # fmt: skip
 FIELDS = [f.name for f in dataclasses.fields(ModelConfig) if f.name not in ("model_type", "rope_theta", "rope_scaling", *ARCH_ONLY)]
 ROPE_TYPES = {
     "default": (),
     "llama3": ("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"),
+    "longrope": (),  # lists of factors, checked with the config's rotary dims by rope.longrope
 }
 
 
-def read_rope_scaling(scaling: Any) -> dict | None:
+def read_rope_scaling(scaling: Any, original_max_position_embeddings: Any = None) -> dict | None:
     """None for plain RoPE, else the scaling dict with its type under "rope_type"; a ValueError for a type Linnet
-    does not compute (it would otherwise be ignored, and every logit past the first positions would be wrong)."""
+    does not compute (it would otherwise be ignored, and every logit past the first positions would be wrong).
+    original_max_position_embeddings: config.json's top-level key, where a LongRoPE scaling (Phi-3) keeps it."""
     if not scaling:
         return None
     if not isinstance(scaling, dict):
@@ -147,6 +165,8 @@ def read_rope_scaling(scaling: Any) -> dict | None:
         raise ValueError(f"rope_scaling of type {kind!r} is not supported (supported: {', '.join(ROPE_TYPES)})")
     if kind == "default":
         return None
+    if kind == "longrope":
+        return {"original_max_position_embeddings": original_max_position_embeddings, **scaling, "rope_type": kind}
     out = {"rope_type": kind}
     for key in ROPE_TYPES[kind]:
         value = scaling.get(key)

@@ -21,7 +21,7 @@ import jinja2
 from linnet_core.dtypes import long_name
 from linnet_core.fuse import Fused, parallel_linears
 from linnet_core.graph import Decoder, Op
-from linnet_core.rope import inverse_frequencies
+from linnet_core.rope import check_positions, rotation
 from linnet_core.safetensors_np import read_safetensors
 from linnet_core.targets import CompileOptions
 
@@ -71,17 +71,21 @@ def linear(x, weight, bias=None):
     y = jnp.einsum("bti,oi->bto", x, weight, precision=PRECISION)
     return y if bias is None else y + bias''',
     "rope": '''
-def rope(q, k, positions, heads, kv_heads, head_dim, inv_freq):
+def rope(q, k, positions, heads, kv_heads, head_dim, inv_freq, scale=1.0):
     """Rotate-half rotary embedding at each row's own positions [B, T]: q [B, T, heads * D], k [B, T, kv_heads * D];
-    inv_freq [D / 2] is how fast each pair of dims turns per position."""
-    angles = positions[:, :, None].astype(jnp.float32) * jnp.asarray(inv_freq, jnp.float32)  # [B, T, D / 2]
-    angles = jnp.concatenate([angles, angles], axis=-1)[:, :, None, :]  # [B, T, 1, D]
-    cos, sin = jnp.cos(angles).astype(q.dtype), jnp.sin(angles).astype(q.dtype)
+    inv_freq [R / 2] is how fast each pair of the first R dims of a head turns per position (the other D - R dims
+    pass unturned: partial rotary); cos and sin are multiplied by `scale` (LongRoPE's attention factor)."""
+    angles = positions[:, :, None].astype(jnp.float32) * jnp.asarray(inv_freq, jnp.float32)  # [B, T, R / 2]
+    angles = jnp.concatenate([angles, angles], axis=-1)[:, :, None, :]  # [B, T, 1, R]
+    cos, sin = (jnp.cos(angles) * scale).astype(q.dtype), (jnp.sin(angles) * scale).astype(q.dtype)
+    R = angles.shape[-1]
 
     def rotate(x, n):
         x = x.reshape(*x.shape[:2], n, head_dim)  # [B, T, n, D]
-        x1, x2 = jnp.split(x, 2, axis=-1)
-        return (x * cos + jnp.concatenate([-x2, x1], axis=-1) * sin).reshape(*x.shape[:2], n * head_dim)
+        turned, passed = x[..., :R], x[..., R:]
+        x1, x2 = jnp.split(turned, 2, axis=-1)
+        turned = turned * cos + jnp.concatenate([-x2, x1], axis=-1) * sin
+        return jnp.concatenate([turned, passed], axis=-1).reshape(*x.shape[:2], n * head_dim)
 
     return rotate(q, heads), rotate(k, kv_heads)''',
     "attention": '''
@@ -174,8 +178,10 @@ def render_op(op: Op, weight_ref: str, shape: str | None = None) -> str:
     if op.kind == "argmax":
         assert op.attrs.get("at") == "last", op  # forward() runs the head on the last position only
         attrs = {}
-    elif op.kind == "rope":  # its base and scaling became a table of the module's INV_FREQ
-        attrs = {k: v for k, v in op.attrs.items() if k not in ("theta", "scaling", "table")}
+    elif op.kind == "rope":  # its base, scaling and rotated dims became a table of the module's INV_FREQ
+        attrs = {k: v for k, v in op.attrs.items() if k not in ("theta", "scaling", "table", "rotary_dim")}
+        scale = rotation(op.attrs)[1]  # LongRoPE's factor on cos and sin
+        attrs |= {"scale": scale} if scale != 1.0 else {}
     else:
         attrs = op.attrs
     if op.kind in CACHE_KINDS:
@@ -210,13 +216,15 @@ def emit_module(decoder: Decoder, options: CompileOptions = CompileOptions(), ti
     kinds = [op.kind for op in (*decoder.prologue, *decoder.block, *decoder.epilogue)]
     helpers = "\n\n\n".join(HELPERS[k].strip("\n") for k in dict.fromkeys(kinds) if k in HELPERS)
     layer = decoder.weights_of_layer(0)
-    hf_of = {w.name.removeprefix("layers.{layer}."): w.hf_name for w in decoder.block_weights}
+    hf_of = {w.name.removeprefix("layers.{layer}."): w.source for w in decoder.block_weights}
     block = parallel_linears(decoder.block)
     layer_params = dict(p for group in block for p in params_of(group))  # first use order
     assert sorted(w for ws in layer_params.values() for w in ws) == sorted(layer), "every layer weight once"
     f32 = options.dtype == "f32"
     ropes = [next(op for op in ops if op.kind == "rope") for ops in decoder.blocks()]
-    inv_freqs = [inverse_frequencies(config.head_dim, r.attrs["theta"], r.attrs["scaling"]) for r in ropes]
+    for r in ropes:
+        check_positions(r.attrs, options.max_positions)
+    inv_freqs = [rotation(r.attrs)[0] for r in ropes]
 
     def numbered(ops: tuple[Op, ...], n: int) -> tuple[Op, ...]:
         """The block's ops with its rope reading INV_FREQ[n]."""
@@ -249,7 +257,7 @@ def emit_module(decoder: Decoder, options: CompileOptions = CompileOptions(), ti
         blocks=blocks,
         # the epilogue runs on the last position: T is 1 there
         epilogue_lines=[render_op(op, 'params["{}"]', op.shape.replace("T", "1")) for op in decoder.epilogue],
-        global_params=[(w.name, python_list([w.hf_name])) for w in decoder.global_weights],
+        global_params=[(w.name, python_list([w.source])) for w in decoder.global_weights],
         layer_params=[(p, python_list([hf_of[w] for w in ws])) for p, ws in layer_params.items()],
         reader=inspect.getsource(read_safetensors),
     )

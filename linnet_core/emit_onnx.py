@@ -44,7 +44,7 @@ from linnet_core.checkpoint import load_weights
 from linnet_core.fuse import Fused, parallel_linears
 from linnet_core.graph import Decoder, Op
 from linnet_core.quant import onnx_blocks, quantize
-from linnet_core.rope import inverse_frequencies
+from linnet_core.rope import check_positions, rotation
 from linnet_core.targets import CompileOptions
 
 OPSET = 21  # ONNX Runtime >= 1.18 and TensorRT 10 read it
@@ -153,6 +153,8 @@ class OnnxEmitter:
         self.dtype, (self.elem, self.np_dtype) = dtype, DTYPES[dtype]
         self.rows, self.max_positions = rows, max_positions
         c = self.config
+        for ops in decoder.blocks():
+            check_positions(next(op for op in ops if op.kind == "rope").attrs, max_positions)
         self.layer_cache_shape = ["B", c.num_key_value_heads, max_positions, c.head_dim]
         self.g = GraphBuilder()
         # With contrib ops allowed (f32): a residual add and the RMSNorm that reads it become one
@@ -165,7 +167,7 @@ class OnnxEmitter:
 
     def build(self, tensors: dict[str, np.ndarray]) -> onnx.ModelProto:
         """tensors: the checkpoint's arrays by Hugging Face name (any float dtype)."""
-        self.tensors, self.hf_names = tensors, self.decoder.hf_names()
+        self.tensors, self.stored = tensors, {w.name: w for w in self.decoder.all_weights()}
         self.parts: dict[str, list[str]] = {}  # a fused weight's name -> the weights it concatenates
         env = {"tokens": "tokens", "positions": "positions"}
         self.render(self.decoder.prologue, env, {w.name: w.name for w in self.decoder.global_weights})
@@ -260,7 +262,7 @@ class OnnxEmitter:
         """A Linnet weight's checkpoint array; a fused weight's parts concatenated along their output dim."""
         if name in self.parts:
             return np.concatenate([self.array(part) for part in self.parts[name]])
-        return np.asarray(self.tensors[self.hf_names[name]])
+        return np.asarray(self.stored[name].take(self.tensors))
 
     def int8_weight(self, name: str) -> tuple[str, str, int, int]:
         """A Linnet weight [N, K] as MatMulNBits' inputs, created on first use: its int8 blocks (linnet_core.quant)
@@ -332,59 +334,72 @@ class OnnxEmitter:
         return self.g.op("Add", y, self.weight(bias), name=op.out[0], doc=op.shape) if bias else y
 
     def rope(self, op: Op, q: str, k: str, positions: str) -> tuple[str, str]:
-        """q [B, T, NQ*D] and k [B, T, KV*D] rotated by their positions: x * cos + rotate_half(x) * sin on each head,
-        rotate_half(x) = [-x2, x1] for the halves x1, x2 of its D. Fused: ONNX Runtime's RotaryEmbedding, one node
-        each, returning [B, T, N*D]. Plain: x * cos + [x2, x1] * [-sin, sin] (one Gather swaps the halves, the sign
-        lives in the table), returning heads [B, T, N, D]."""
-        d = op.attrs["head_dim"]
-        inv_freq = inverse_frequencies(d, op.attrs["theta"], op.attrs["scaling"])
+        """q [B, T, NQ*D] and k [B, T, KV*D] rotated by their positions: x * cos + rotate_half(x) * sin on each head's
+        first R dims (R = D unless partial rotary leaves the others unturned), rotate_half(x) = [-x2, x1] for the
+        halves x1, x2 of those R. Fused: ONNX Runtime's RotaryEmbedding, one node each, returning [B, T, N*D]. Plain:
+        x * cos + [x2, x1] * [-sin, sin] (one Gather swaps the halves, the sign lives in the table), returning heads
+        [B, T, N, D]."""
+        g, d = self.g, op.attrs["head_dim"]
+        inv_freq, scale = rotation(op.attrs)
+        r = 2 * len(inv_freq)
+        key = inv_freq.tobytes() + np.float64(scale).tobytes()
         if self.fused_attention:
-            cos, sin = self.per_rope_table("_rope_positions", inv_freq, lambda: self.position_tables(inv_freq))
+            cos, sin = self.per_rope_table("_rope_positions", key, lambda: self.position_tables(inv_freq, scale))
+            partial = {"rotary_embedding_dim": r} if r < d else {}
             return tuple(
-                self.g.op("RotaryEmbedding", x, self.write_positions(), cos, sin, domain=CONTRIB, num_heads=heads,
-                          interleaved=0, name=f"{name}_roped")  # fmt: skip
+                g.op("RotaryEmbedding", x, self.write_positions(), cos, sin, domain=CONTRIB, num_heads=heads,
+                     interleaved=0, name=f"{name}_roped", **partial)  # fmt: skip
                 for x, heads, name in ((q, op.attrs["heads"], "q"), (k, op.attrs["kv_heads"], "k"))
             )
-        cos, signed_sin = self.per_rope_table("_rope", inv_freq, lambda: self.rope_tables(positions, d, inv_freq))
-        swap = self.g.const(np.r_[np.arange(d // 2, d), np.arange(d // 2)], name="swap_halves")
+        cos, signed_sin = self.per_rope_table("_rope", key, lambda: self.rope_tables(positions, r, inv_freq, scale))
+        swap = g.const(np.r_[np.arange(r // 2, r), np.arange(r // 2)], name="swap_halves")
         out = []
         for x, heads, name in ((q, op.attrs["heads"], "q"), (k, op.attrs["kv_heads"], "k")):
-            x = self.g.op("Reshape", x, self.g.const([0, 0, heads, d]), name=f"{name}_heads")
-            swapped = self.g.op("Gather", x, swap, axis=-1, name=f"{name}_swapped")
-            x_cos = self.g.op("Mul", x, cos, name=f"{name}_cos")
-            swapped_sin = self.g.op("Mul", swapped, signed_sin, name=f"{name}_sin")
-            out.append(self.g.op("Add", x_cos, swapped_sin, name=f"{name}_roped"))
+            x = g.op("Reshape", x, g.const([0, 0, heads, d]), name=f"{name}_heads")
+            turned = x
+            if r < d:  # partial rotary: the first r dims turn, the others pass
+                turned = g.op("Slice", x, g.const([0]), g.const([r]), g.const([-1]), name=f"{name}_turned")
+                passed = g.op("Slice", x, g.const([r]), g.const([d]), g.const([-1]), name=f"{name}_passed")
+            swapped = g.op("Gather", turned, swap, axis=-1, name=f"{name}_swapped")
+            x_cos = g.op("Mul", turned, cos, name=f"{name}_cos")
+            swapped_sin = g.op("Mul", swapped, signed_sin, name=f"{name}_sin")
+            roped = g.op("Add", x_cos, swapped_sin, name=f"{name}_roped")
+            out.append(g.op("Concat", roped, passed, axis=-1, name=f"{name}_rotary") if r < d else roped)
         return out[0], out[1]
 
-    def rope_tables(self, positions: str, d: int, inv_freq: np.ndarray) -> tuple[str, str]:
-        """cos and [-sin, sin] of the halves at the positions, [B, T, 1, D]: the angles in f32 as transformers
-        computes them, then cast to the compute dtype."""
+    def rope_tables(self, positions: str, d: int, inv_freq: np.ndarray, scale: float) -> tuple[str, str]:
+        """cos and [-sin, sin] of the halves at the positions, [B, T, 1, d] for the d dims RoPE turns, times `scale`
+        (LongRoPE's attention factor): the angles in f32 as transformers computes them, then cast to the compute
+        dtype."""
         g = self.g
         pos = g.op("Cast", positions, to=F32, name="positions_f32")
         pos = g.op("Unsqueeze", pos, g.const([-1, -2]), name="positions_4d")  # [B, T, 1, 1]
         freqs = g.op("Mul", pos, g.tensor("rope.inv_freq", inv_freq.astype(np.float32), F32), name="rope_freqs")
-        angles = g.op("Concat", freqs, freqs, axis=-1, name="rope_angles")  # [B, T, 1, D]
+        angles = g.op("Concat", freqs, freqs, axis=-1, name="rope_angles")  # [B, T, 1, d]
         sign = g.const(np.r_[-np.ones(d // 2), np.ones(d // 2)], np.float32, "sin_sign")
         cos = g.op("Cos", angles, name="rope_cos_f32")
         signed_sin = g.op("Mul", g.op("Sin", angles, name="rope_sin_f32"), sign, name="rope_signed_sin_f32")
+        if scale != 1.0:
+            factor = g.const(scale, np.float32, "rope_scale")
+            cos = g.op("Mul", cos, factor, name="rope_cos_scaled")
+            signed_sin = g.op("Mul", signed_sin, factor, name="rope_signed_sin_scaled")
         return self.cast(cos, self.elem, "rope_cos"), self.cast(signed_sin, self.elem, "rope_signed_sin")
 
-    def position_tables(self, inv_freq: np.ndarray) -> tuple[str, str]:
-        """cos and sin of every cache position's angles, [P, D/2] (RotaryEmbedding's tables): the angles in f32 as
-        transformers computes them, then cast to the compute dtype."""
+    def position_tables(self, inv_freq: np.ndarray, scale: float) -> tuple[str, str]:
+        """cos and sin of every cache position's angles, [P, R/2] (RotaryEmbedding's tables), times `scale`: the
+        angles in f32 as transformers computes them, then cast to the compute dtype."""
         angles = np.arange(self.max_positions, dtype=np.float32)[:, None] * inv_freq.astype(np.float32)[None, :]
-        cos, sin = (f(angles).astype(np.float32).astype(self.np_dtype) for f in (np.cos, np.sin))
-        return (self.g.tensor("rope.cos", cos, self.elem, "[P, D/2]"), self.g.tensor("rope.sin", sin, self.elem, "[P, D/2]"))
+        cos, sin = ((f(angles) * np.float32(scale)).astype(np.float32).astype(self.np_dtype) for f in (np.cos, np.sin))
+        return (self.g.tensor("rope.cos", cos, self.elem, "[P, R/2]"), self.g.tensor("rope.sin", sin, self.elem, "[P, R/2]"))
 
-    def per_rope_table(self, key: str, inv_freq: np.ndarray, make) -> tuple[str, str]:
-        """make()'s tables once per graph and distinct frequencies (Gemma 3 has two); the second's names get a suffix."""
-        tables = self.__dict__.setdefault("_rope_frequencies", [])
-        bytes_ = inv_freq.tobytes()
-        tables.append(bytes_) if bytes_ not in tables else None
-        n = tables.index(bytes_)
+    def per_rope_table(self, kind: str, key: bytes, make) -> tuple[str, str]:
+        """make()'s tables once per graph and distinct rotation (Gemma 3 has two); the second's names get a suffix."""
+        tables = self.__dict__.setdefault("_rope_rotations", [])
+        tables.append(key) if key not in tables else None
+        n = tables.index(key)
         if n:
-            return self.once(f"{key}{n}", lambda: self.with_suffix(f".{n}", make))
-        return self.once(key, make)
+            return self.once(f"{kind}{n}", lambda: self.with_suffix(f".{n}", make))
+        return self.once(kind, make)
 
     def with_suffix(self, suffix: str, make):
         """make() with `suffix` added to the names of the initializers it creates."""

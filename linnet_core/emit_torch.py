@@ -25,7 +25,7 @@ from linnet_core.checkpoint import check_weights, header_shapes
 from linnet_core.errors import UserError
 from linnet_core.fuse import Fused, parallel_linears
 from linnet_core.graph import Decoder, Op
-from linnet_core.rope import inverse_frequencies
+from linnet_core.rope import check_positions, rotation
 from linnet_core.targets import CompileOptions
 
 MODULE_NAME = "linnet_torch_model"  # the generated file is OUT/linnet_torch_model.py
@@ -252,8 +252,8 @@ def render_module(decoder: Decoder, checkpoint: Path, options: CompileOptions) -
     prologue_ops, prologue_fused = fuse_linears(decoder.prologue, global_shapes)
     epilogue_ops, epilogue_fused = fuse_linears(decoder.epilogue, global_shapes)
     global_fused = prologue_fused | epilogue_fused
-    hf = decoder.hf_names()
-    layer_prefix, hf_block = "layers.{layer}.", {w.name: w.hf_name for w in decoder.block_weights}
+    hf = decoder.sources()
+    layer_prefix, hf_block = "layers.{layer}.", {w.name: w.source for w in decoder.block_weights}
 
     def sources(name: str, fused: dict[str, list[str]], lookup) -> str:
         """The checkpoint names a weight is read from, as a Python list literal: one line, or one per name."""
@@ -265,6 +265,8 @@ def render_module(decoder: Decoder, checkpoint: Path, options: CompileOptions) -
     argmax = epilogue_ops[-1]
     assert argmax.kind == "argmax", argmax
     ropes = [next(op for op in ops if op.kind == "rope") for ops in kinds]
+    for rope in ropes:
+        check_positions(rope.attrs, options.max_positions)
     windows = [next(op for op in ops if op.kind == "attention").attrs.get("window") for ops in kinds]
     constants = [
         ("VOCAB", c.vocab_size, "token ids"),
@@ -284,12 +286,13 @@ def render_module(decoder: Decoder, checkpoint: Path, options: CompileOptions) -
     }  # fmt: skip
 
     def block_doc(rope: Op, window: int | None) -> str:
-        scaling = rope.attrs["scaling"]
-        return (f"RoPE base {rope.attrs['theta']:g}" + (f", {scaling['rope_type']} scaling x{scaling['factor']:g}" if scaling else "")
+        scaling, rotary = rope.attrs["scaling"], rope.attrs.get("rotary_dim")
+        scaled = f", {scaling['rope_type']} scaling" + (f" x{scaling['factor']:g}" if "factor" in scaling else "") if scaling else ""
+        return (f"RoPE base {rope.attrs['theta']:g}" + scaled + (f" on the first {rotary} dims of a head" if rotary else "")
                 + (f", attending over the last {window} positions" if window else ""))  # fmt: skip
 
     def inv_freq_literal(rope: Op) -> str:
-        values = inverse_frequencies(c.head_dim, rope.attrs["theta"], rope.attrs["scaling"])
+        values = rotation(rope.attrs)[0]
         return textwrap.fill(", ".join(repr(float(f)) for f in values), width=108, initial_indent="        ",
                              subsequent_indent="        ")  # fmt: skip
 
@@ -309,6 +312,8 @@ def render_module(decoder: Decoder, checkpoint: Path, options: CompileOptions) -
     return env.get_template("torch_module.py.j2").render(
         title=f"A {c.architecture.HF_CLASS.removesuffix('ForCausalLM')} decoder of {c.num_parameters / 1e6:.1f}M parameters",
         inv_freqs=[(inv_freq_literal(rope), block_doc(rope, w)) for rope, w in zip(ropes, windows)],
+        rope_scales=repr([rotation(rope.attrs)[1] for rope in ropes]),
+        rotary_dim=2 * len(rotation(ropes[0].attrs)[0]),
         windows=repr(windows),
         block_names=", ".join(names),
         block_of_layer=repr(list(decoder.variant_of_layer())),

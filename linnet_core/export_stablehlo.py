@@ -36,7 +36,7 @@ def export_functions(decoder: Decoder, options: CompileOptions):
     if options.dtype == "f32":
         jax.config.update("jax_default_matmul_precision", "highest")
     dtype = jnp.dtype(long_name(options.dtype))
-    shape_of = {w.hf_name: w.shape for w in decoder.all_weights()}
+    shape_of = {w.source: w.shape for w in decoder.all_weights()}
     weights = [jax.ShapeDtypeStruct(concatenated(shape_of, hfs), dtype) for _, hfs in module.param_sources()]
     cache = jax.eval_shape(lambda: module.init_cache(options.batch, options.max_positions))  # shapes only
     rows = jax.ShapeDtypeStruct((options.batch,), jnp.int32)  # tokens and positions: one per row
@@ -54,9 +54,9 @@ def export_functions(decoder: Decoder, options: CompileOptions):
     return exported, module
 
 
-def concatenated(shape_of: dict, hf_names: list[str]) -> tuple[int, ...]:
-    """A parameter's shape: its checkpoint tensors' shapes, concatenated along the first axis."""
-    parts = [shape_of[hf] for hf in hf_names]
+def concatenated(shape_of: dict, sources: list[str]) -> tuple[int, ...]:
+    """A parameter's shape: its checkpoint tensors' (or their rows') shapes, concatenated along the first axis."""
+    parts = [shape_of[hf] for hf in sources]
     return (sum(p[0] for p in parts), *parts[0][1:])
 
 
@@ -83,7 +83,8 @@ def compile_stablehlo(decoder: Decoder, checkpoint: Path, out: Path, options: Co
         "max_positions": options.max_positions,
         "min_prefill": module.MIN_PREFILL,
         "vocab_size": decoder.config.vocab_size,
-        # in argument order; a parameter concatenates its checkpoint tensors along the first axis
+        # in argument order; a parameter concatenates its checkpoint tensors along the first axis (a name
+        # "tensor[start:stop]" reads those rows of a fused tensor)
         "weights": [{"name": name, "hf_names": hfs} for name, hfs in module.param_sources()],
         "cache": {"layers": decoder.config.num_hidden_layers, "keys": list(keys.shape), "values": list(values.shape)},
         "functions": {

@@ -31,6 +31,20 @@ class Weight:
     name: str  # Linnet's name, e.g. "layers.{layer}.q_proj.weight" for block weights
     hf_name: str  # the Hugging Face checkpoint's name, same placeholder
     shape: tuple[int, ...]
+    # When the checkpoint stores it fused with others in one tensor (Phi-3's qkv_proj, gate_up_proj): its rows
+    # (start, stop) of hf_name's first dim. The parts of one tensor tile it in order.
+    rows: tuple[int, int] | None = None
+
+    @property
+    def source(self) -> str:
+        """Where a loader reads it: hf_name, or "hf_name[start:stop]" for rows of a fused tensor (the generated
+        modules and the StableHLO manifest name their tensors so)."""
+        return self.hf_name if self.rows is None else f"{self.hf_name}[{self.rows[0]}:{self.rows[1]}]"
+
+    def take(self, tensors: dict):
+        """Its values from a checkpoint's tensors by Hugging Face name."""
+        tensor = tensors[self.hf_name]
+        return tensor if self.rows is None else tensor[self.rows[0] : self.rows[1]]
 
 
 @dataclass(frozen=True)
@@ -78,7 +92,7 @@ class Decoder:
         """This layer's weights by relative name ("q_proj.weight"), with real names filled in."""
         prefix = "layers.{layer}."
         return {
-            w.name.removeprefix(prefix): Weight(w.name.format(layer=layer), w.hf_name.format(layer=layer), w.shape)
+            w.name.removeprefix(prefix): Weight(w.name.format(layer=layer), w.hf_name.format(layer=layer), w.shape, w.rows)
             for w in self.block_weights
         }
 
@@ -87,6 +101,18 @@ class Decoder:
         layers = [w for n in range(self.config.num_hidden_layers) for w in self.weights_of_layer(n).values()]
         return [*self.global_weights[:1], *layers, *self.global_weights[1:]]
 
-    def hf_names(self) -> dict[str, str]:
-        """Linnet name -> Hugging Face name, for every stored weight."""
-        return {w.name: w.hf_name for w in self.all_weights()}
+    def sources(self) -> dict[str, str]:
+        """Linnet name -> where it is read from (Weight.source), for every stored weight."""
+        return {w.name: w.source for w in self.all_weights()}
+
+    def checkpoint_shapes(self) -> dict[str, tuple[int, ...]]:
+        """Every tensor of the Hugging Face checkpoint by name, a fused one once, its shape its parts' stacked."""
+        shapes: dict[str, tuple[int, ...]] = {}
+        for w in self.all_weights():
+            if w.rows is None:
+                shapes[w.hf_name] = w.shape
+                continue
+            start = shapes.get(w.hf_name, (0,))[0]
+            assert w.rows == (start, start + w.shape[0]), f"{w.name}: rows {w.rows} do not follow the parts before"
+            shapes[w.hf_name] = (w.rows[1], *w.shape[1:])
+        return shapes

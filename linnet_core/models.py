@@ -176,7 +176,42 @@ GEMMA3_TINY = tiny(
                 tie_word_embeddings=True, layer_types=("sliding_attention",) * 5 + ("full_attention",)),
     ("grouped-query-attention", "sliding-window", "qk-norm"),
 )
-ENTRIES = (*ENTRIES, GEMMA3_TINY)
+# microsoft/Phi-4-mini-instruct's config.json: LongRoPE over the 48 pairs of the 96 rotated dims of a head
+PHI4_MINI_LONG_FACTOR = [
+    1.0, 1.118320672, 1.250641126, 1.398617824, 1.564103225, 1.74916897, 1.956131817, 2.187582649, 2.446418898,
+    2.735880826, 3.059592084, 3.421605075, 3.826451687, 4.279200023, 4.785517845, 5.351743533, 5.984965424,
+    6.693110555, 7.485043894, 8.370679318, 9.36110372, 10.4687158, 11.70738129, 13.09260651, 14.64173252,
+    16.37415215, 18.31155283, 20.47818807, 22.90118105, 25.61086418, 28.64115884, 32.03, 32.1, 32.13, 32.23, 32.6,
+    32.61, 32.64, 32.66, 32.7, 32.71, 32.93, 32.97, 33.28, 33.49, 33.5, 44.16, 47.77,
+]  # fmt: skip
+PHI_ENTRIES = (
+    real(
+        "phi-4-mini-instruct", "microsoft/Phi-4-mini-instruct", "Phi-4-mini Instruct",
+        "A 3.8B-parameter Phi-3 decoder: grouped-query attention over fused query/key/value weights, RoPE on the "
+        "first 96 of each head's 128 dims with LongRoPE scaling, a 200k vocabulary and a tied output head, "
+        "instruction-tuned.",
+        ModelConfig(model_type="phi3", vocab_size=200064, hidden_size=3072, intermediate_size=8192,
+                    num_hidden_layers=32, num_attention_heads=24, num_key_value_heads=8, head_dim=128,
+                    max_position_embeddings=131072, rope_theta=10_000.0, rms_norm_eps=1e-5, partial_rotary_factor=0.75,
+                    rope_scaling={"rope_type": "longrope", "short_factor": [1.0] * 48,
+                                  "long_factor": PHI4_MINI_LONG_FACTOR, "original_max_position_embeddings": 4096},
+                    sliding_window=262144, tie_word_embeddings=True, bos_token_id=199999, eos_token_id=199999),
+        "MIT", 199999, ("grouped-query-attention", "partial-rotary", "rope-scaling"), aliases=("phi-4-mini",),
+    ),
+    tiny(
+        "phi3-tiny", "Phi-3 tiny",
+        "The Phi-3 architecture at test size: query/key/value and gate/up weights fused in the checkpoint, RoPE on "
+        "the first 12 of each head's 16 dims with LongRoPE scaling (its short factors and attention factor), and "
+        "a tied output head, with synthetic weights.",
+        ModelConfig(model_type="phi3", **TINY, rope_theta=10_000.0, rms_norm_eps=1e-5, partial_rotary_factor=0.75,
+                    rope_scaling={"rope_type": "longrope", "short_factor": [1.0, 1.1, 1.3, 1.6, 2.0, 2.5],
+                                  "long_factor": [1.0, 2.0, 4.0, 8.0, 16.0, 32.0],
+                                  "original_max_position_embeddings": 1024},
+                    tie_word_embeddings=True),
+        ("grouped-query-attention", "partial-rotary", "rope-scaling"),
+    ),
+)
+ENTRIES = (*ENTRIES, GEMMA3_TINY, *PHI_ENTRIES)
 MODELS: dict[str, ModelEntry] = {m.id: m for m in ENTRIES}
 DEFAULT_MODEL = "qwen2-tiny"
 

@@ -9,15 +9,19 @@ from __future__ import annotations
 
 
 def read_safetensors(directory, names):
-    """{name: numpy array} for each name, read (memory-mapped) from directory/*.safetensors."""
+    """{name: numpy array} for each name, read (memory-mapped) from directory/*.safetensors. A name
+    "tensor[start:stop]" is those rows of the tensor's first axis (one part of a fused tensor)."""
     import json
+    import re
     from pathlib import Path
 
     import ml_dtypes
     import numpy as np
 
     dtypes = {"F32": np.float32, "F16": np.float16, "BF16": ml_dtypes.bfloat16, "I32": np.int32, "I64": np.int64}
-    wanted, found = set(names), {}
+    parts = {name: re.fullmatch(r"(.*)\[(\d+):(\d+)\]", name) for name in names}
+    tensor_of = {name: part.group(1) if part else name for name, part in parts.items()}
+    wanted, found = set(tensor_of.values()), {}
     for file in sorted(Path(directory).glob("*.safetensors")):
         data = np.memmap(file, dtype=np.uint8, mode="r")
         header_len = int.from_bytes(data[:8].tobytes(), "little")
@@ -30,4 +34,5 @@ def read_safetensors(directory, names):
     missing = sorted(wanted - found.keys())
     if missing:
         raise KeyError(f"{directory}: the checkpoint lacks tensor {missing[0]}")
-    return found
+    return {name: found[tensor_of[name]][int(part.group(2)) : int(part.group(3))] if part else found[name]
+            for name, part in parts.items()}  # fmt: skip

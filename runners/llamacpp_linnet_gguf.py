@@ -87,7 +87,8 @@ class Runner(base.Runner):
     def unavailable(cls, spec):
         if spec.device == "cuda" and not llama_cpp.llama_supports_gpu_offload():
             return "this llama-cpp-python build has no GPU offload (rebuild it with CMAKE_ARGS=-DGGML_CUDA=on)"
-        return linnet_gguf.llama_cpp_mismatch(read_config(Path(spec.checkpoint)))
+        config = read_config(Path(spec.checkpoint))
+        return linnet_gguf.llama_cpp_mismatch(config)
 
     def load(self):
         self.settings = Settings.from_spec(self.spec, self.gguf_dtype)

@@ -21,16 +21,18 @@ from linnet_core.config import ModelConfig
 from linnet_core.errors import UserError
 from linnet_core.models import MODELS, get_model, local_entry
 from linnet_core.rope import inverse_frequencies
+from linnet_core.targets import CompileOptions
 from runners import RUNNERS
 
-TWINS = ("llama-tiny", "qwen3-tiny", "gemma3-tiny", "olmo2-tiny")  # qwen2-tiny's rows are the other test files' subject
+TWINS = ("llama-tiny", "qwen3-tiny", "gemma3-tiny", "olmo2-tiny", "phi3-tiny")  # qwen2-tiny's: other files' subject
 # Every single-request row that runs on a CPU; the serving rows' engines are test_serve_backends' subject.
 ROWS = ["linnet-torch", "linnet-inductor", "linnet-jax", "linnet-stablehlo", "linnet-ort-f32", "linnet-ort-f16",
         "llamacpp-linnet-gguf", "kerashub", "transformers-compiled"]  # fmt: skip
-# compiles: one twin each (and OLMo 2 for inductor: norms over other widths than hidden), and Gemma 3 for transformers
-# compiled (its sliding-window offset once made it recompile every step past the window, until the recompile limit
-# failed the row)
-SLOW_ROWS = {"linnet-inductor": ("qwen3-tiny", "olmo2-tiny"), "transformers-compiled": ("llama-tiny", "gemma3-tiny")}
+# compiles: one twin each (and OLMo 2 for inductor: norms over other widths than hidden; Phi-3: partial rotary), and
+# Gemma 3 for transformers compiled (its sliding-window offset once made it recompile every step past the window,
+# until the recompile limit failed the row)
+SLOW_ROWS = {"linnet-inductor": ("qwen3-tiny", "olmo2-tiny", "phi3-tiny"),
+             "transformers-compiled": ("llama-tiny", "gemma3-tiny")}
 PEERS = {"kerashub", "transformers-compiled"}
 MAY_SKIP = {"kerashub", "llamacpp-linnet-gguf"}  # may lack the architecture (the reason says so)
 # Rows measured beyond their bound whose cause is not found yet: they must stay beyond it (else the test fails and
@@ -133,8 +135,15 @@ def test_the_twin_has_its_architecture(model):
                          "k_norm.weight": (c.num_key_value_heads * c.head_dim,),
                          "post_attn_norm.weight": (c.hidden_size,), "post_mlp_norm.weight": (c.hidden_size,)}
         assert "head_norm" not in ops and c.num_key_value_heads < c.num_attention_heads and "lm_head.weight" in names
-    else:
+    elif model != "phi3-tiny":
         assert "head_norm" in ops and entry.config.head_dim * entry.config.num_attention_heads != entry.config.hidden_size
+    if model == "phi3-tiny":  # fused q/k/v and gate/up tensors in the checkpoint, RoPE on 12 of 16 dims, LongRoPE
+        decoder = build_decoder(entry.config)
+        rope = next(op for op in decoder.block if op.kind == "rope").attrs
+        assert rope["rotary_dim"] == 12 and rope["scaling"]["rope_type"] == "longrope"
+        assert set(checkpoint.tensor_shapes(entry.config)) >= {"model.layers.0.self_attn.qkv_proj.weight",
+                                                                "model.layers.0.mlp.gate_up_proj.weight"}  # fmt: skip
+        assert "model.layers.0.self_attn.q_proj.weight" not in checkpoint.tensor_shapes(entry.config)
     if model == "gemma3-tiny":  # both kinds of layer, each with its own window and RoPE base
         decoder = build_decoder(entry.config)
         attention = [next(op for op in ops if op.kind == "attention").attrs for ops in decoder.blocks()]
@@ -335,7 +344,7 @@ def edit_config(path, **changes):
         (lambda p: (p / "config.json").write_text("{not json"), "not valid JSON"),
         (lambda p: (p / "config.json").write_text("[1, 2]"), "holds a list, not an object"),
         (lambda p: edit_config(p, model_type="mamba"),
-         "architecture 'mamba' is not supported; Linnet supports qwen2, llama, qwen3, gemma3_text"),
+         "architecture 'mamba' is not supported; Linnet supports qwen2, llama, qwen3, gemma3_text, olmo2, phi3"),
         (lambda p: edit_config(p, model_type=None, architectures=["GPT2LMHeadModel"]), "names no model_type"),
         (lambda p: edit_config(p, hidden_size=96), "has shape"),
         (lambda p: edit_config(p, head_dim=16), "has shape"),
@@ -363,7 +372,7 @@ def test_the_cli_says_an_unsupported_architecture_in_one_line(local_checkpoint):
     out = subprocess.run([sys.executable, "-m", "harness.cli", "run", str(local_checkpoint)], capture_output=True,
                          text=True, timeout=120)  # fmt: skip
     assert out.returncode == 1
-    assert "architecture 'gpt2' is not supported; Linnet supports qwen2, llama, qwen3, gemma3_text" in out.stdout + out.stderr
+    assert "architecture 'gpt2' is not supported; Linnet supports qwen2, llama, qwen3, gemma3_text, olmo2, phi3" in out.stdout + out.stderr
     assert "Traceback" not in out.stdout + out.stderr
 
 
@@ -417,3 +426,123 @@ def test_gemma3_layouts_the_twin_does_not_cover_match_transformers(tmp_path, pri
         want = reference(torch.tensor([probe])).logits[0, 23:].numpy()
     engine = load_engine(build_decoder(config), ckpt, tmp_path, CompileOptions("f32", 512, 1))
     assert abs(engine.score(probe, 24) - want).max() <= 2e-4
+
+
+# ---- Phi-3: fused checkpoint tensors, partial rotary, LongRoPE ---------------------------------------------------------
+
+
+@pytest.mark.parametrize("model", ["phi-4-mini-instruct", "phi3-tiny"])
+def test_longrope_and_partial_rotary_match_transformers(model):
+    """The inverse frequencies over the rotated dims and the attention factor on cos and sin, as transformers' rope
+    init computes them for a sequence within original_max_position_embeddings (its short factors)."""
+    from transformers import Phi3Config
+    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+
+    from linnet_core.rope import rotation
+
+    config = get_model(model).config
+    want, want_factor = ROPE_INIT_FUNCTIONS["longrope"](Phi3Config(**config.to_hf()), "cpu")
+    rope = next(op for op in build_decoder(config).block if op.kind == "rope").attrs
+    got, factor = rotation(rope)
+    assert got.shape == (config.rotary_dim // 2,) and config.rotary_dim < config.head_dim
+    assert abs(got - want.numpy()).max() <= 1e-6 * want.numpy().max() and factor == pytest.approx(want_factor, rel=1e-12)
+    assert factor > 1.0  # the factor changes something
+
+
+def phi3_checkpoint(directory, **changes):
+    """A checkpoint written by transformers' own Phi3ForCausalLM (its own initialisation, no tokenizer): RoPE on half
+    of each head's dims, LongRoPE, an untied head."""
+    from transformers import Phi3Config, Phi3ForCausalLM
+
+    settings = dict(vocab_size=512, hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
+                    num_key_value_heads=2, max_position_embeddings=8192, original_max_position_embeddings=2048,
+                    partial_rotary_factor=0.5, pad_token_id=None, bos_token_id=256, eos_token_id=257,
+                    rope_scaling={"type": "longrope", "short_factor": [1.0, 1.5, 2.0, 3.0], "long_factor": [4.0] * 4})  # fmt: skip
+    torch.manual_seed(0)
+    model = Phi3ForCausalLM(Phi3Config(**{**settings, **changes}))
+    model.save_pretrained(directory)
+    return model
+
+
+def test_linnet_bench_runs_a_checkpoint_transformers_wrote(tmp_path):
+    """A Phi-3 directory saved by transformers runs through `linnet-bench run DIR`, its Linnet rows within 1e-4."""
+    directory = tmp_path / "Tiny-Phi3"
+    phi3_checkpoint(directory)
+    rows = ["transformers", "linnet-torch", "linnet-jax", "linnet-ort-f32", "llamacpp-linnet-gguf"]
+    out = subprocess.run([sys.executable, "-m", "harness.cli", "run", str(directory), *[a for r in rows for a in ("--runner", r)],
+                          "--profile", "quick", "--out", str(tmp_path / "results")], capture_output=True, text=True,
+                         timeout=900)  # fmt: skip
+    assert out.returncode == 0, out.stdout + out.stderr
+    [path] = (tmp_path / "results" / "tiny-phi3").glob("*.json")
+    result = {r.runner: r for r in load_result(path).rows}
+    for row in ("linnet-torch", "linnet-jax", "linnet-ort-f32"):
+        assert result[row].status == "ok" and result[row].distance <= 1e-4, (row, result[row])
+    assert result["llamacpp-linnet-gguf"].status != "ok"  # refused in one line: Linnet's GGUF writes no Phi-3
+
+
+def test_a_sliding_window_phi3_matches_transformers(tmp_path):
+    """Phi-3-mini-4k's layout: a sliding window shorter than the model limits every layer's attention."""
+    from harness.workload import probe_ids
+    from linnet_core.emit_torch import load_engine
+    from linnet_core.targets import CompileOptions
+
+    model = phi3_checkpoint(tmp_path / "ckpt", sliding_window=16, rope_scaling=None, max_position_embeddings=4096)
+    config = checkpoint.read_config(tmp_path / "ckpt")
+    assert next(op for op in build_decoder(config).block if op.kind == "attention").attrs["window"] == 16
+    probe = probe_ids(256, 0)
+    with torch.no_grad():
+        want = model.eval()(torch.tensor([probe])).logits[0, 23:].numpy()
+    engine = load_engine(build_decoder(config), tmp_path / "ckpt", tmp_path / "out", CompileOptions("f32", 512, 1))
+    assert abs(engine.score(probe, 24) - want).max() <= 1e-4
+
+
+def test_the_hf_export_of_phi3_is_fused_again(tmp_path, private_cache):
+    from transformers import AutoModelForCausalLM
+
+    from linnet_core import hf
+
+    entry = get_model("phi3-tiny")
+    source = checkpoint.synthetic_checkpoint(entry.id, entry.config, entry.checkpoint_dtype)
+    out = hf.export(source, tmp_path / "export")
+    assert checkpoint.header_shapes(out) == checkpoint.tensor_shapes(entry.config)  # qkv_proj and gate_up_proj whole
+    ids = torch.tensor([list(range(100, 140))])
+    with torch.no_grad():
+        a, b = (AutoModelForCausalLM.from_pretrained(d, dtype=torch.float32)(ids).logits for d in (source, out))
+    assert type(AutoModelForCausalLM.from_pretrained(out)).__name__ == "Phi3ForCausalLM" and torch.equal(a, b)
+
+
+@pytest.mark.parametrize(
+    "changes, message",
+    [
+        ({"rope_scaling": {"rope_type": "longrope", "short_factor": [1.0] * 5, "long_factor": [1.0] * 6}},
+         "longrope needs short_factor: a list of 6 positive numbers"),
+        ({"rope_scaling": {"rope_type": "longrope", "short_factor": [1.0] * 6, "long_factor": [1.0] * 6},
+          "original_max_position_embeddings": None}, "needs an integer original_max_position_embeddings"),
+        ({"partial_rotary_factor": 0.1}, "partial_rotary_factor must be in (0, 1]"),
+        ({"sliding_window": "wide"}, "sliding_window must be a positive integer"),
+        ({"attention_bias": True}, "Phi-3 with biases is not supported"),
+    ],
+)
+def test_a_phi3_config_linnet_cannot_compute_is_refused(changes, message):
+    hf = {**get_model("phi3-tiny").config.to_hf(), **changes}
+    with pytest.raises(ValueError) as e:
+        ModelConfig.from_hf({k: v for k, v in hf.items() if v is not None})
+    assert message in str(e.value) and "\n" not in str(e.value)
+
+
+def test_a_cache_past_longropes_short_range_is_refused(tmp_path, private_cache):
+    """Past original_max_position_embeddings transformers turns to the long factors; every target refuses."""
+    from linnet_core.targets import compile_function
+
+    entry = get_model("phi3-tiny")
+    source = checkpoint.synthetic_checkpoint(entry.id, entry.config, entry.checkpoint_dtype)
+    for target in ("torch", "jax", "onnx"):
+        with pytest.raises(UserError, match="give at most 1024"):
+            compile_function(target)(build_decoder(entry.config), source, tmp_path / target, CompileOptions(max_positions=2048))
+
+
+def test_the_gguf_export_refuses_phi3_in_one_line(tmp_path):
+    out = subprocess.run([sys.executable, "-m", "linnet_core.cli", "export", "gguf", "phi3-tiny", str(tmp_path / "m.gguf")],
+                         capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert out.returncode == 1 and "Traceback" not in out.stdout + out.stderr
+    assert "Linnet has no GGUF export for the phi3 architecture" in out.stdout + out.stderr

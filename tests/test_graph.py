@@ -1,5 +1,7 @@
 """The model description: its weights are exactly the checkpoint's, and the ops read only defined values."""
 
+import math
+
 import pytest
 
 from harness.registry import MODELS
@@ -11,10 +13,11 @@ from linnet_core.arch import build_decoder
 def test_weights_are_the_checkpoints_exactly_once(model):
     config = MODELS[model].config
     decoder = build_decoder(config)
-    hf = {w.hf_name: w.shape for w in decoder.all_weights()}
-    assert hf == tensor_shapes(config)  # a tied head is not a second tensor
-    assert len(decoder.all_weights()) == len(hf)
-    assert sum(int(__import__("math").prod(s)) for s in hf.values()) == config.num_parameters
+    sources = {w.source: w.shape for w in decoder.all_weights()}  # a fused tensor's parts: its rows, each once
+    assert {w.hf_name for w in decoder.all_weights()} == set(tensor_shapes(config))  # a tied head is no second tensor
+    assert len(decoder.all_weights()) == len(sources)
+    size = [sum(int(math.prod(s)) for s in shapes.values()) for shapes in (sources, tensor_shapes(config))]
+    assert size == [config.num_parameters] * 2  # the parts of a fused tensor tile it
 
 
 def test_every_op_reads_defined_values_and_known_weights(tiny):

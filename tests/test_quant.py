@@ -101,7 +101,7 @@ def test_the_int8_engine_computes_what_its_dequantized_weights_do(tiny, tiny_che
     assert_int8_matches_dequantized(tiny, tiny_checkpoint, dequantized_checkpoint, tmp_path, mode)
 
 
-@pytest.mark.parametrize("model", ["llama-tiny", "qwen3-tiny", "gemma3-tiny", "olmo2-tiny"])
+@pytest.mark.parametrize("model", ["llama-tiny", "qwen3-tiny", "gemma3-tiny", "olmo2-tiny", "phi3-tiny"])
 def test_each_architectures_int8_engine_computes_what_its_dequantized_weights_do(model, private_cache, tmp_path):
     """The same on each other architecture's twin (an untied head, q/k norms, Gemma's scaled embedding and (1 + w)
     norms, OLMo 2's norms after the sublayers): Gemma 3's int8 lookup once dropped the embedding's sqrt(hidden) scale."""

@@ -20,7 +20,7 @@ ROWS, POSITIONS = 4, 64
 
 # (backend, model): every backend on qwen2-tiny; every other architecture on one backend, every backend on one
 CASES = [*((b, "qwen2-tiny") for b in sorted(BACKENDS)), ("torch", "gemma3-tiny"), ("ort", "llama-tiny"),
-         ("xla", "qwen3-tiny"), ("torch", "olmo2-tiny")]  # fmt: skip
+         ("xla", "qwen3-tiny"), ("torch", "olmo2-tiny"), ("torch", "phi3-tiny")]  # fmt: skip
 
 
 @pytest.fixture(scope="module", params=CASES, ids=["-".join(c) for c in CASES])

@@ -42,6 +42,7 @@ ARCHITECTURES = {
     "qwen3": "linnet_core.arch.qwen3",
     "gemma3_text": "linnet_core.arch.gemma3",
     "olmo2": "linnet_core.arch.olmo2",
+    "phi3": "linnet_core.arch.phi3",
 }
 
 # What a module may leave out, and what that means.

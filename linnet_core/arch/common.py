@@ -1,9 +1,11 @@
 """The decoder block most architectures share (Llama's): pre-norm grouped-query attention with rotate-half RoPE,
 then a pre-norm SwiGLU MLP, each added back to the residual stream; a final RMSNorm and the output head. The
-architecture modules choose its options: which projections carry biases, and whether query and key heads are
-RMS-normalised before RoPE (Qwen3)."""
+architecture modules choose its options: which projections carry biases, whether query and key heads are
+RMS-normalised before RoPE (Qwen3), a sliding window, and which weights the checkpoint stores fused (Phi-3)."""
 
 from __future__ import annotations
+
+import dataclasses
 
 from linnet_core.config import ModelConfig
 from linnet_core.graph import Decoder, Op, Weight
@@ -35,11 +37,35 @@ def linear(out: str, x: str, proj: str, hf_proj: str, n_out: int, n_in: int, bia
 
 
 def rope_attrs(config: ModelConfig) -> dict:
-    """What a rope op needs besides the heads: its base and frequency scaling."""
-    return {"theta": config.rope_theta, "scaling": config.rope_scaling}
+    """What a rope op needs besides the heads: its base and frequency scaling, and the dims it turns when fewer
+    than the head's (partial rotary)."""
+    partial = {"rotary_dim": config.rotary_dim} if config.rotary_dim < config.head_dim else {}
+    return {"theta": config.rope_theta, "scaling": config.rope_scaling, **partial}
 
 
-def standard_decoder(config: ModelConfig, *, qkv_bias: bool, o_bias: bool, mlp_bias: bool, qk_norm: bool) -> Decoder:
+def fused_in_checkpoint(decoder: Decoder, fused: dict[str, tuple[str, ...]]) -> Decoder:
+    """The decoder with some block weights read as rows of one checkpoint tensor: fused maps the checkpoint's
+    tensor (relative to the layer, "self_attn.qkv_proj") to Linnet's projections it stacks, in order ("q_proj",
+    "k_proj", "v_proj"), each of its .weight (and .bias) rows in turn."""
+    by_name = {w.name: w for w in decoder.block_weights}
+    replaced = {}
+    for tensor, parts in fused.items():
+        for suffix in ("weight", "bias"):
+            names = [f"{LAYER}{p}.{suffix}" for p in parts]
+            if not all(n in by_name for n in names):
+                continue
+            start = 0
+            for n in names:
+                rows = by_name[n].shape[0]
+                replaced[n] = dataclasses.replace(by_name[n], hf_name=f"{HF_LAYER}{tensor}.{suffix}", rows=(start, start + rows))
+                start += rows
+    weights = tuple(replaced.get(w.name, w) for w in decoder.block_weights)
+    return dataclasses.replace(decoder, block_weights=weights)
+
+
+def standard_decoder(config: ModelConfig, *, qkv_bias: bool, o_bias: bool, mlp_bias: bool, qk_norm: bool,
+                     window: int | None = None) -> Decoder:  # fmt: skip
+    """window: every layer's query sees only its last `window` positions (None: all, causally)."""
     h, i, v, d = config.hidden_size, config.intermediate_size, config.vocab_size, config.head_dim
     nq, nkv, eps = config.num_attention_heads, config.num_key_value_heads, config.rms_norm_eps
     heads = {"heads": nq, "kv_heads": nkv, "head_dim": d}
@@ -73,7 +99,8 @@ def standard_decoder(config: ModelConfig, *, qkv_bias: bool, o_bias: bool, mlp_b
            {**heads, **rope_attrs(config)}),  # fmt: skip
         # writes k, v into this layer's cache at the positions, then attends causally over the row's cache;
         # kv heads are shared by heads // kv_heads query heads each (grouped-query attention)
-        Op("attention", ("a",), ("q", "k", "v", "positions"), (), f"[B, T, {nq * d}]", heads),
+        Op("attention", ("a",), ("q", "k", "v", "positions"), (), f"[B, T, {nq * d}]",
+           {**heads, **({"window": window} if window else {})}),  # fmt: skip
         add(linear("o", "a", "o_proj", "self_attn.o_proj", h, nq * d, o_bias, f"[B, T, {h}]")),
         Op("add", ("x",), ("x", "o"), (), f"[B, T, {h}]"),
         norm("h", "x", "mlp_norm", "post_attention_layernorm"),

@@ -114,7 +114,7 @@ def wall_cell(row: Row, result: ResultFile) -> Cell:
     if not isinstance(share, (int, float)) or not isinstance(read, (int, float)) or not isinstance(gb_s, (int, float)):
         return Cell(numbers.DASH)
     hint = (f"its decode reads about {read / 1e6:.0f} MB per token (weights and KV cache); at this machine's "
-            f"{gb_s:.0f} GB/s ({result.machine.get('memory_bandwidth_method', 'a large copy')}) that allows "
+            f"{gb_s:.0f} GB/s ({result.machine.get('memory_bandwidth_method', 'a large read')}) that allows "
             f"{gb_s * 1e9 / read:.0f} tok/s")
     return Cell(f"{share:.0%}", hint=hint)
 

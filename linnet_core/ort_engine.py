@@ -105,8 +105,7 @@ def session_options(threads: int) -> ort.SessionOptions:
     return options
 
 
-def provider_list(settings: SessionSettings, rows: int, max_positions: int, cache_dims: tuple[int, int, int],
-                  cuda_graphs: bool) -> list:
+def provider_list(settings: SessionSettings, cache_shape: tuple[int, ...], cuda_graphs: bool) -> list:
     """The providers a session is built with, most preferred first, with their options."""
     cuda = ("CUDAExecutionProvider", {"enable_cuda_graph": "1" if cuda_graphs else "0"})
     if settings.provider == "cpu":
@@ -114,7 +113,7 @@ def provider_list(settings: SessionSettings, rows: int, max_positions: int, cach
     if settings.provider == "cuda":
         return [cuda, "CPUExecutionProvider"]
     # TensorRT builds one engine for one profile covering prefill (1 x T) and decode (rows x 1).
-    layers, kv, head_dim = cache_dims
+    layers, _, rows, kv, max_positions, head_dim = cache_shape
 
     def shapes(b, t):
         caches = ",".join(f"past_key_values.{n}.{kind}:{b}x{kv}x{max_positions}x{head_dim}"
@@ -131,6 +130,18 @@ def provider_list(settings: SessionSettings, rows: int, max_positions: int, cach
         "trt_profile_max_shapes": shapes(rows, max_positions),
     }
     return [("TensorrtExecutionProvider", trt), ("CUDAExecutionProvider", {}), "CPUExecutionProvider"]
+
+
+def read_cache_shape(path: str) -> tuple[int, ...]:
+    """The engine's cache buffer [L, 2, R, KV, P, D] for a model file: rows and positions from its metadata, layers,
+    kv heads and head dim from its cache inputs (the graph only; its weights stay on disk)."""
+    import onnx
+
+    model = onnx.load(path, load_external_data=False)
+    props = {p.key: p.value for p in model.metadata_props}
+    caches = [i for i in model.graph.input if i.name.startswith("past_key_values.")]
+    _, kv, _, head_dim = (d.dim_value for d in caches[0].type.tensor_type.shape.dim)
+    return len(caches) // 2, 2, int(props["linnet.rows"]), kv, int(props["linnet.max_positions"]), head_dim
 
 
 class Buffer:
@@ -169,11 +180,11 @@ class OrtEngine:
         self.provider, self.device = PROVIDERS[settings.provider]
         self.notes: list[str] = []
         self.use_cuda_graphs = settings.cuda_graphs and self.device == "cuda" and settings.provider == "cuda"
+        # read from the file before the session exists (TensorRT's profile needs it)
+        self.cache_shape = read_cache_shape(self.path)  # [L, 2, R, KV, P, D]
+        self.layers, _, self.rows, _, self.max_positions, _ = self.cache_shape
         self.session = self.new_session()
-        self.rows, self.max_positions = self.model_dims()
         first = next(i for i in self.session.get_inputs() if i.name == past_name(0, "key"))
-        self.layers, kv, head_dim = self.cache_dims()
-        self.cache_shape = (self.layers, 2, self.rows, kv, self.max_positions, head_dim)
         self.vocab = next(o for o in self.session.get_outputs() if o.name == "logits").shape[1]
         self.allocate(ELEMENT_TYPES[first.type])
 
@@ -183,9 +194,7 @@ class OrtEngine:
         """A session on the wanted provider; with CUDA graphs if ONNX Runtime accepts them (it refuses when some
         node cannot run on the GPU), else without, saying why."""
         options = session_options(self.settings.threads)
-        # The cache shape is read from the file before the session exists, for TensorRT's profile.
-        rows, positions = self.model_dims()
-        providers = provider_list(self.settings, rows, positions, self.cache_dims(), self.use_cuda_graphs)
+        providers = provider_list(self.settings, self.cache_shape, self.use_cuda_graphs)
         try:
             session = ort.InferenceSession(self.path, options, providers=providers)
         except Exception as e:  # ONNX Runtime raises its own Fail / RuntimeException types, re-raised below
@@ -199,22 +208,6 @@ class OrtEngine:
                 f"ONNX Runtime could not create the {self.provider} (it fell back to {session.get_providers()})"
             )
         return session
-
-    def model_dims(self) -> tuple[int, int]:
-        """(rows, max_positions) from the model file's metadata."""
-        import onnx
-
-        props = {p.key: p.value for p in onnx.load(self.path, load_external_data=False).metadata_props}
-        return int(props["linnet.rows"]), int(props["linnet.max_positions"])
-
-    def cache_dims(self) -> tuple[int, int, int]:
-        """(layers, kv heads, head dim) from the model file's cache inputs."""
-        import onnx
-
-        graph = onnx.load(self.path, load_external_data=False).graph
-        caches = [i for i in graph.input if i.name.startswith("past_key_values.")]
-        _, kv, _, head_dim = (d.dim_value for d in caches[0].type.tensor_type.shape.dim)
-        return len(caches) // 2, kv, head_dim
 
     def allocate(self, cache_elem: int) -> None:
         """Two of each fed-back buffer (tokens, positions), the cache (updated in place: see the module's docstring),

@@ -62,7 +62,12 @@ class Chunk(NamedTuple):
 class BatchPrefillEngine(Engine, Protocol):
     """The optional extension linnet.serve uses to prefill all of an engine step's chunks in one model call: the
     chunks of several rows flattened into one token sequence, each token attending to its own row's cache. The
-    chunks name distinct rows. Engines without it get prefill_batch() below, which calls prefill() per chunk."""
+    chunks name distinct rows. Engines without it get prefill_batch() below, which calls prefill() per chunk.
+
+    A one-token chunk at a row's position with its last token is that row's decode step. An engine whose
+    prefill_batch runs those chunks together (one batched decode attention, not an attention call each) sets
+    `decodes_in_prefill_batch = True`: linnet.serve then folds the rows that decode into its step's prefill call,
+    one model call per step (vLLM's chunked prefill), instead of a prefill call and a decode step."""
 
     def prefill_batch(self, chunks: Sequence[Chunk]) -> np.ndarray:
         """What prefill() of each chunk in turn would do, in one call: int [len(chunks)], each chunk's greedy next

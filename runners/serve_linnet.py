@@ -78,6 +78,9 @@ class LinnetServe(base.ServingRunner):
                               f"{m.get('serving_prefill_share', 0):.0%} of its model time; the host spent "
                               f"{m.get('serving_host_ms', 0):.3g} ms a step outside the engine's calls "
                               f"({m.get('serving_host_share', 0):.0%} of the loop's time)")  # fmt: skip
+        if m.get("serving_rider_share"):
+            self.notes.append(f"{m['serving_rider_share']:.0%} of the decode tokens were made inside prefill calls (the "
+                              "decoding rows ride in a step's prefill call, so the step makes one model call)")  # fmt: skip
 
     def score(self, ids, n_prefill):
         """The engine's own cache path, in row 0, once the serving loop has stopped."""
@@ -88,7 +91,8 @@ def step_metrics(times: StepTimes) -> dict[str, float]:
     """The timed runs' model time by phase (ServeEngine.times): decode tok/s within the decode steps, the rows a step
     carried, prefill tok/s, and prefill's share of the model's time. Comparable with a single-request row's decode
     tok/s, which leaves its prefill out too; a phase that did not run has no figures. And what the host costs: its
-    milliseconds per engine step outside the engine's calls, and their share of the loop's time."""
+    milliseconds per engine step outside the engine's calls, and their share of the loop's time. Where decode tokens
+    rode in prefill calls, their share of all decode tokens: those calls' time counts as prefill."""
     metrics = {}
     if times.decode_s > 0 and times.decode_steps > 0:
         metrics["serving_decode_tok_s"] = times.decode_tokens / times.decode_s
@@ -97,6 +101,8 @@ def step_metrics(times: StepTimes) -> dict[str, float]:
         metrics["serving_prefill_tok_s"] = times.prefill_tokens / times.prefill_s
     if times.prefill_s + times.decode_s > 0:
         metrics["serving_prefill_share"] = times.prefill_s / (times.prefill_s + times.decode_s)
+    if times.rider_tokens > 0:
+        metrics["serving_rider_share"] = times.rider_tokens / (times.rider_tokens + times.decode_tokens)
     if times.loop_steps > 0 and times.loop_s > 0:
         metrics["serving_host_ms"] = times.host_s * 1e3 / times.loop_steps
         metrics["serving_host_share"] = times.host_s / times.loop_s

@@ -71,6 +71,7 @@ def test_a_served_request_gets_its_single_request_tokens(built, case):
     for r in (*requests, sampled):
         serve.submit(r)
     run_to_end(serve)
+    assert (serve.times.rider_tokens > 0) == (name in DECODES_IN_PREFILL)  # decode rows rode in prefill calls
     for r in requests[:3]:
         assert r.output == single_request_tokens(tiny_checkpoint, r.prompt, 8), (name, r.prompt)
     assert all(len(r.output) == 8 for r in (*requests, sampled))
@@ -79,18 +80,23 @@ def test_a_served_request_gets_its_single_request_tokens(built, case):
 
 # the backends whose engines prefill a batch of chunks in one call; ort keeps engine.py's fallback (a call per chunk)
 BATCH_PREFILL = {"torch", "xla"}
+# ... and those whose batched prefill also carries the decoding rows (one-token chunks in one batched attention);
+# xla's pads every chunk to the longest, so decode rows riding in it would cost a prompt chunk each
+DECODES_IN_PREFILL = {"torch"}
 
 
 def test_a_batched_prefill_makes_the_tokens_of_prefills_one_by_one(built, reference):
     name, b = built
     engine, prompt = b.engine, list(range(200, 240))
-    engine.prefill(2, prompt[:13])
-    reference.prefill(2, prompt[:13])
-    # a continued prompt, two fresh ones (one of a single token), in rows out of order
-    chunks = [Chunk(2, prompt[13:31], 13), Chunk(0, prompt[3:24]), Chunk(3, [7])]
+    for row, length in ((2, 13), (1, 5)):
+        engine.prefill(row, prompt[:length])
+        reference.prefill(row, prompt[:length])
+    # a continued prompt, a fresh one, a one-token prompt and a row's decode step (a one-token chunk at its
+    # position: the engines that batch those put them last in the sequence), in rows out of order
+    chunks = [Chunk(2, prompt[13:31], 13), Chunk(3, [7]), Chunk(0, prompt[3:24]), Chunk(1, [9], 5)]
     assert callable(getattr(engine, "prefill_batch", None)) == (name in BATCH_PREFILL)
     assert list(prefill_batch(engine, chunks)) == [reference.prefill(*c) for c in chunks]
-    assert list(engine.step()[[0, 2, 3]]) == list(reference.step()[[0, 2, 3]])  # the rows read on from there
+    assert list(engine.step()) == list(reference.step())  # the rows read on from there
     chunks = [Chunk(1, prompt[:9]), Chunk(3, prompt[20:37])]
     logits = prefill_batch_logits(engine, chunks)
     assert logits.shape == (2, 1024) and logits.dtype == np.float32
@@ -115,9 +121,13 @@ class CountingEngine:
 
 
 def test_an_engine_step_prefills_every_request_in_one_call(built):
+    """One model call for all of a step's prompt chunks; where the engine batches one-token chunks (the torch
+    backend), the decoding requests ride in it too and a step with prompt work makes no other call."""
     name, b = built
     if name not in BATCH_PREFILL:
         pytest.skip(f"the {name} engine keeps the fallback: one call per chunk")
+    mixes = name in DECODES_IN_PREFILL
+    assert getattr(b.engine, "decodes_in_prefill_batch", False) == mixes
     engine = CountingEngine(b.engine)
     serve = ServeEngine(engine, ServeConfig(rows=ROWS, max_positions=POSITIONS, prefill_chunk=16, prefill_budget=64), 1001, name)
     greedy, sampled = SamplingParams(max_tokens=4, ignore_eos=True), SamplingParams(max_tokens=4, temperature=0.7, seed=2, ignore_eos=True)
@@ -128,10 +138,16 @@ def test_an_engine_step_prefills_every_request_in_one_call(built):
     while serve.scheduler.has_work:
         engine.calls.clear()
         serve.step()
-        per_step.append([call for call in engine.calls if call[0].startswith("prefill")])
-    assert all(len(calls) <= 1 for calls in per_step), per_step  # one model call for all of a step's chunks...
-    assert per_step[0] == [("prefill_batch", 4)], per_step  # ...the four requests' first chunks in the first step
-    assert {call[0] for calls in per_step for call in calls} == {"prefill_batch", "prefill_batch_logits"}
+        per_step.append(list(engine.calls))
+    prefills = [[call for call in calls if call[0].startswith("prefill")] for calls in per_step]
+    assert all(len(calls) <= 1 for calls in prefills), per_step  # one model call for all of a step's chunks...
+    assert prefills[0] == [("prefill_batch", 4)], per_step  # ...the four requests' first chunks in the first step
+    assert {call[0] for calls in prefills for call in calls} == {"prefill_batch", "prefill_batch_logits"}
+    if mixes:  # and nothing else in a step that prefills: the decoding requests rode in that call
+        assert all(len(calls) == 1 for calls in per_step), per_step
+        assert serve.times.rider_tokens > 0
+    else:
+        assert serve.times.rider_tokens == 0
     assert all(len(r.output) == 4 for r in requests)
 
 

@@ -3,10 +3,12 @@ model and repeats schedule -> run -> postprocess (nano-vllm's step) while there 
 
   1. apply cancellations (a client that went away gives its row back at once),
   2. admit waiting requests into free rows,
-  3. prefill this step's prompt chunks (long prompts in several steps), all in one model call,
+  3. prefill this step's prompt chunks (long prompts in several steps), all in one model call; where the engine
+     batches one-token chunks (engine.py), the requests that decode ride in the same call, one token each, and
+     the step makes no other model call (vLLM's chunked prefill),
   4. hand the prefills' events (each finished prompt's first token) to the listener at once, so a request's
      first token leaves as soon as its prefill made it, not after the decode step that follows,
-  5. one batched decode step over every row, for the requests whose prompts are in,
+  5. otherwise one batched decode step over every row, for the requests whose prompts are in,
   6. hand the decode step's events (one new token per request, finishes) to the listener in one call.
 
 An accepted request always runs to its end: max_tokens, EOS (unless ignored), or its cancellation. If the
@@ -44,7 +46,8 @@ class StepTimes:
     bookkeeping, handing events out): the time a device waits for the host between steps."""
 
     prefill_tokens: int = 0
-    prefill_s: float = 0.0
+    prefill_s: float = 0.0  # prefill calls, with the decode tokens that rode in them
+    rider_tokens: int = 0  # decode tokens made inside prefill calls (counted in neither decode figure)
     decode_steps: int = 0
     decode_tokens: int = 0
     decode_s: float = 0.0
@@ -98,6 +101,7 @@ class ServeEngine:
         self._stopping = False
         self._thread: threading.Thread | None = None
         self._listener: Listener = lambda events: None
+        self._decoded = False  # whether this step's prefill call made its decode tokens (riders)
 
     # ---- any thread ----
 
@@ -171,7 +175,8 @@ class ServeEngine:
 
     def step(self) -> list[Event]:
         """One iteration: cancellations, admissions, prefill chunks, one decode step. Returns its events (a
-        request whose prompt finished this step has two: its prefill's first token, then its decode token)."""
+        request whose prompt finished this step has two, its prefill's first token and then its decode token, where
+        the engine does not fold decoding into its prefill call)."""
         started = time.perf_counter()
         events = self.prefill_step() + self.decode_step()
         self._count_step(time.perf_counter() - started)
@@ -189,23 +194,30 @@ class ServeEngine:
             self.scheduler.admit()
             chunks = self.scheduler.prefill_chunks()
         start = time.perf_counter()
-        firsts = self.model.prefill(chunks)  # one engine call for all of them
+        riders = self.scheduler.decoding() if chunks and self.model.decodes_in_prefill else []
+        firsts, ridden = self.model.prefill(chunks, riders)  # one engine call for all of them
         prefill_s = time.perf_counter() - start
+        for request, token in zip(riders, ridden):
+            self._append(request, token, tokens, finished)
         for chunk, first in zip(chunks, firsts):
             chunk.request.prefilled += len(chunk.tokens)
             if chunk.is_last:
                 chunk.request.status = Status.DECODING
                 self._append(chunk.request, first, tokens, finished)
+        self._decoded = bool(chunks) and self.model.decodes_in_prefill  # this step's decode happened in the call
         if chunks:
             self.times = replace(self.times, prefill_tokens=self.times.prefill_tokens + sum(len(c.tokens) for c in chunks),
-                                 prefill_s=self.times.prefill_s + prefill_s)  # fmt: skip
+                                 prefill_s=self.times.prefill_s + prefill_s,
+                                 rider_tokens=self.times.rider_tokens + len(riders))  # fmt: skip
         return self._events(tokens, finished)
 
     def decode_step(self) -> list[Event]:
-        """One batched decode step over every row; one new token for each decoding request."""
+        """One batched decode step over every row; one new token for each decoding request. None after a prefill
+        call that the decoding requests rode in."""
         tokens: dict[str, list[int]] = defaultdict(list)
         finished: dict[str, str] = {}
-        decoding = self.scheduler.decoding()
+        decoding = [] if self._decoded else self.scheduler.decoding()
+        self._decoded = False
         if decoding:
             sampling = [r for r in decoding if not r.params.greedy]
             start = time.perf_counter()

@@ -1,6 +1,7 @@
 """One step of the model over an Engine (nano-vllm's model runner): all of a step's prefill chunks into their rows
 in one engine call, and one batched decode step over every row, greedy on the device or sampled on the host from
-the step's logits.
+the step's logits. Where the engine batches one-token chunks, the decoding rows ride in the prefill call instead
+(as one-token chunks): a step with prompt work is then one model call.
 
 The engine's decode step advances every row, used or not. Rows nobody uses compute harmlessly, but their
 positions keep growing; a free row that reaches the end of its positions is parked again at position 1 with
@@ -29,29 +30,38 @@ class ModelStep:
         self.positions = np.zeros(self.rows, dtype=np.int64)  # [rows] host mirror of each row's position
         self.last_tokens = np.zeros(self.rows, dtype=np.int64)  # [rows] the token each row feeds at the next step
 
-    def prefill(self, chunks: list[PrefillChunk]) -> list[int | None]:
-        """Writes all of a step's chunks into their requests' rows in one engine call (engine.prefill_batch).
-        Returns, per chunk, the request's first new token after its last chunk, else None. The call returns the
-        logits only when a chunk ends a sampled request's prompt; otherwise only token ids leave the device."""
+    @property
+    def decodes_in_prefill(self) -> bool:
+        """Whether decoding rows can ride in a step's prefill call (the engine batches one-token chunks: engine.py)."""
+        return bool(getattr(self.engine, "decodes_in_prefill_batch", False))
+
+    def prefill(self, chunks: list[PrefillChunk], riders: list[Request] = ()) -> tuple[list[int | None], list[int]]:
+        """Writes all of a step's chunks into their requests' rows in one engine call (engine.prefill_batch), with
+        the decoding requests `riders` in the same call, each as a one-token chunk of its last token at its position:
+        their decode step. Returns, per chunk, the request's first new token after its last chunk, else None; and each
+        rider's new token. The call returns the logits only when a sampled request needs them; otherwise only token
+        ids leave the device."""
         if not chunks:
-            return []
+            return [], []
         batch = [Chunk(c.request.row, c.tokens, c.start) for c in chunks]
-        sampled = [c.is_last and not c.request.params.greedy for c in chunks]
+        batch += [Chunk(r.row, [int(self.last_tokens[r.row])], int(self.positions[r.row])) for r in riders]
+        requests = [c.request for c in chunks] + list(riders)
+        sampled = [c.is_last and not c.request.params.greedy for c in chunks] + [not r.params.greedy for r in riders]
         if any(sampled):
-            logits = prefill_batch_logits(self.engine, batch)  # [C, vocab]
+            logits = prefill_batch_logits(self.engine, batch)  # [C + D, vocab]
             tokens = [int(row.argmax()) for row in logits]
-            for i, chunk in enumerate(chunks):
+            for i, request in enumerate(requests):
                 if sampled[i]:
-                    params = chunk.request.params
-                    tokens[i] = sample(logits[i], params.temperature, params.top_p, chunk.request.rng)
+                    params = request.params
+                    tokens[i] = sample(logits[i], params.temperature, params.top_p, request.rng)
         else:
             tokens = [int(t) for t in prefill_batch(self.engine, batch)]
-        assert len(tokens) == len(chunks), f"the engine's batched prefill returned {len(tokens)} tokens for {len(chunks)} chunks"
-        for chunk, token in zip(chunks, tokens):
-            row = chunk.request.row
-            self.positions[row] = chunk.start + len(chunk.tokens)
-            self.last_tokens[row] = token
-        return [token if chunk.is_last else None for chunk, token in zip(chunks, tokens)]
+        assert len(tokens) == len(batch), f"the engine's batched prefill returned {len(tokens)} tokens for {len(batch)} chunks"
+        for chunk, token in zip(batch, tokens):
+            self.positions[chunk.row] = chunk.start + len(chunk.tokens)
+            self.last_tokens[chunk.row] = token
+        firsts = [token if chunk.is_last else None for chunk, token in zip(chunks, tokens)]
+        return firsts, tokens[len(chunks) :]
 
     def decode(self, sampling: list[Request]) -> np.ndarray:
         """One decode step over all rows; int [rows] new token ids. `sampling` are the decoding requests that

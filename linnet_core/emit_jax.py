@@ -93,19 +93,19 @@ def attention(q, k, v, positions, cache, row, heads, kv_heads, head_dim, scale=N
     """Writes k, v [B, T, kv_heads * D] into cache rows row..row+B-1 at positions [B, T], then attends causally:
     each query sees its row's cache up to its own position. q [B, T, heads * D] -> [B, T, heads * D].
     `row` may instead be int [B], the cache row of each of the B (a batch of chunks in any rows); a row past R,
-    like a position past S, is a padding one: its writes are dropped. Or, for B = 1 row of N tokens flattened from
-    several chunks, the tuple (rows [C], index [C, T], at [C, T], back [N]) of the chunks' padded layout: their cache
-    rows, the flattened token of each padded place and its position, and each token's place (see prefill_chunks).
+    like a position past S, is a padding one: its writes are dropped. Or, for B = 1 row of N tokens laid out in
+    blocks of T from several chunks, the tuple (rows [N / T], at [N / T, T]) of each block's cache row and its
+    tokens' cache positions (see prefill_chunks).
     Grouped-query attention: each key/value head serves heads // kv_heads query heads. Scores are scaled by
     `scale` (None: head_dim^-1/2); with a `window`, a query sees only its last `window` positions.
 
     The cache keeps keys as [R, kv, D, S] and values as [R, kv, S, D]: the layouts the two matmuls read, so
     XLA neither copies nor transposes the cache to attend."""
-    if isinstance(row, tuple):  # flattened chunks: attend in their padded layout [C, T], then flatten back
-        rows, index, at, back = row
-        q, k, v = (x[0][index] for x in (q, k, v))  # [C, T, ...]
+    if isinstance(row, tuple):  # chunks laid out in blocks: attend as a batch of blocks [N / T, T], each in its row
+        rows, at = row
+        q, k, v = (x.reshape(*at.shape, x.shape[-1]) for x in (q, k, v))  # [N / T, T, ...]
         out, cache = attention(q, k, v, at, cache, rows, heads, kv_heads, head_dim, scale, window)
-        return out.reshape(-1, out.shape[-1])[back][None], cache  # [1, N, heads * D]
+        return out.reshape(1, -1, out.shape[-1]), cache  # [1, N, heads * D]
     B, T = positions.shape
     cache_k, cache_v = cache  # [R, kv, D, S], [R, kv, S, D]
     S = cache_v.shape[2]

@@ -177,3 +177,26 @@ def test_the_xla_backend_refuses_quantized_weights(tiny_checkpoint):
         pytest.skip(unavailable("xla"))
     with pytest.raises(UserError, match="xla backend has no quantized weights"):
         make_engine("xla", EngineSpec(tiny_checkpoint, 1, POSITIONS, quant="int8"))
+
+
+def test_the_xla_engine_compiles_every_batched_prefill_shape_ahead(tiny_checkpoint, tmp_path):
+    """After compile_prefill_batches(budget), no batch of chunks within the budget compiles anything: the count of
+    blocks alone picks the shape. A serving step never waits for XLA."""
+    if unavailable("xla"):
+        pytest.skip(unavailable("xla"))
+    from jax import monitoring
+
+    engine = make_engine("xla", EngineSpec(tiny_checkpoint, ROWS, POSITIONS, work_dir=tmp_path)).engine
+    compiles = []
+    monitoring.register_event_duration_secs_listener(
+        lambda event, seconds, **kw: compiles.append(event) if "backend_compile" in event else None
+    )
+    budget = 60
+    assert engine.compile_prefill_batches(budget) == 4  # 1, 2, 4 and 8 blocks: at most 2 + ROWS blocks of 32
+    assert compiles, "the compiles ahead were not seen"
+    compiles.clear()
+    rng = np.random.default_rng(0)
+    for sizes in ([1], [60], [32, 28], [33, 1, 1, 25], [15, 15, 15, 15], [2, 40]):
+        chunks = [Chunk(row, rng.integers(0, 1000, size=n).tolist(), 0) for row, n in enumerate(sizes)]
+        prefill_batch(engine, chunks)
+    assert compiles == [], compiles

@@ -135,6 +135,7 @@ class ServeEngine:
         """Runs the loop on its own thread; the listener is called from it with each step's events."""
         assert self._thread is None, "the engine loop is already running"
         self._listener, self._stopping = listener, False
+        self.model.compile_ahead(self.config.prefill_budget)  # before any request waits on a compile
         release_openmp_workers()  # this thread built the engine; from now on only the loop's thread runs it
         self._thread = threading.Thread(target=self._run, name="linnet-serve-loop", daemon=True)
         self._thread.start()

@@ -30,6 +30,12 @@ class ModelStep:
         self.positions = np.zeros(self.rows, dtype=np.int64)  # [rows] host mirror of each row's position
         self.last_tokens = np.zeros(self.rows, dtype=np.int64)  # [rows] the token each row feeds at the next step
 
+    def compile_ahead(self, max_prefill_tokens: int) -> int:
+        """Has the engine compile every shape of batched prefill a step can ask for, where it compiles per shape
+        (XLA); returns how many, 0 for the others."""
+        compile_batches = getattr(self.engine, "compile_prefill_batches", None)
+        return compile_batches(max_prefill_tokens) if callable(compile_batches) else 0
+
     @property
     def decodes_in_prefill(self) -> bool:
         """Whether decoding rows can ride in a step's prefill call (the engine batches one-token chunks: engine.py)."""

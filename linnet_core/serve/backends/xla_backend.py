@@ -1,7 +1,7 @@
 """The xla backend: Linnet's generated JAX module (linnet_core.emit_jax) for S rows of L positions, jitted by XLA.
-Its decode step is one compiled call over every row; a step's prefill chunks are one call too, their tokens
-flattened and padded to a power of two (attention pads them to a power of two of chunks of a power-of-two length),
-so XLA compiles a handful of shapes, not one per length."""
+Its decode step is one compiled call over every row; a step's prefill chunks are one call too, each chunk laid out
+from the start of a block of 32 tokens and the blocks padded to a power of two, so XLA compiles one shape per power
+of two of blocks, all of them when the serving loop starts (ServeEngine.start), not one per length mid-run."""
 
 from __future__ import annotations
 

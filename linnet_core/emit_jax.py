@@ -93,19 +93,23 @@ def attention(q, k, v, positions, cache, row, heads, kv_heads, head_dim, scale=N
     """Writes k, v [B, T, kv_heads * D] into cache rows row..row+B-1 at positions [B, T], then attends causally:
     each query sees its row's cache up to its own position. q [B, T, heads * D] -> [B, T, heads * D].
     `row` may instead be int [B], the cache row of each of the B (a batch of chunks in any rows); a row past R,
-    like a position past S, is a padding one: its writes are dropped. Or, for B = 1 row of N tokens laid out in
-    blocks of T from several chunks, the tuple (rows [N / T], at [N / T, T]) of each block's cache row and its
-    tokens' cache positions (see prefill_chunks).
+    like a position past S, is a padding one: its writes are dropped. Or, for B = 1 row of tokens laid out in blocks
+    of T from several chunks and then one token per row (see batch_layout), the tuple (rows [K], at [K, T], single
+    rows [R], single at [R, 1]): each block's cache row and its tokens' cache positions, and each lone token's.
     Grouped-query attention: each key/value head serves heads // kv_heads query heads. Scores are scaled by
     `scale` (None: head_dim^-1/2); with a `window`, a query sees only its last `window` positions.
 
     The cache keeps keys as [R, kv, D, S] and values as [R, kv, S, D]: the layouts the two matmuls read, so
     XLA neither copies nor transposes the cache to attend."""
-    if isinstance(row, tuple):  # chunks laid out in blocks: attend as a batch of blocks [N / T, T], each in its row
-        rows, at = row
-        q, k, v = (x.reshape(*at.shape, x.shape[-1]) for x in (q, k, v))  # [N / T, T, ...]
-        out, cache = attention(q, k, v, at, cache, rows, heads, kv_heads, head_dim, scale, window)
-        return out.reshape(1, -1, out.shape[-1]), cache  # [1, N, heads * D]
+    if isinstance(row, tuple):  # chunks in blocks, then lone tokens: each a batch [K, T] / [R, 1] of their rows
+        outs, first = [], 0
+        for rows, at in (row[:2], row[2:]):
+            n = at.size
+            group = (x[0, first : first + n].reshape(*at.shape, x.shape[-1]) for x in (q, k, v))
+            out, cache = attention(*group, at, cache, rows, heads, kv_heads, head_dim, scale, window)
+            outs.append(out.reshape(n, -1))
+            first += n
+        return jnp.concatenate(outs)[None], cache  # [1, N, heads * D]
     B, T = positions.shape
     cache_k, cache_v = cache  # [R, kv, D, S], [R, kv, S, D]
     S = cache_v.shape[2]

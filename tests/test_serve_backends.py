@@ -80,9 +80,8 @@ def test_a_served_request_gets_its_single_request_tokens(built, case):
 
 # the backends whose engines prefill a batch of chunks in one call; ort keeps engine.py's fallback (a call per chunk)
 BATCH_PREFILL = {"torch", "xla"}
-# ... and those whose batched prefill also carries the decoding rows (one-token chunks in one batched attention);
-# xla's pads every chunk to the longest, so decode rows riding in it would cost a prompt chunk each
-DECODES_IN_PREFILL = {"torch"}
+# ... and those whose batched prefill also carries the decoding rows (one-token chunks in one batched attention)
+DECODES_IN_PREFILL = {"torch", "xla"}
 
 
 def test_a_batched_prefill_makes_the_tokens_of_prefills_one_by_one(built, reference):

@@ -1,7 +1,8 @@
 """The xla backend: Linnet's generated JAX module (linnet_core.emit_jax) for S rows of L positions, jitted by XLA.
 Its decode step is one compiled call over every row; a step's prefill chunks are one call too, each chunk laid out
 from the start of a block of 32 tokens and the blocks padded to a power of two, so XLA compiles one shape per power
-of two of blocks, all of them when the serving loop starts (ServeEngine.start), not one per length mid-run."""
+of two of blocks, all of them when the serving loop starts (ServeEngine.start), not one per length mid-run. The
+rows that decode ride in a step's prefill call, one token each."""
 
 from __future__ import annotations
 

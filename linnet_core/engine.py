@@ -51,6 +51,32 @@ class SamplingEngine(Engine, Protocol):
         ...
 
 
+class Draws(NamedTuple):
+    """The sampled choices of one engine call, for the engines that sample on the device (DeviceSamplingEngine):
+    which of the call's outputs (rows of a step, chunks of a batched prefill) sample, each with its temperature,
+    top-p and one uniform draw in [0, 1) from its request's random stream. linnet_core/serve/sampling.py says how a
+    draw becomes a token; the others take the argmax."""
+
+    index: Sequence[int]
+    temperature: Sequence[float]
+    top_p: Sequence[float]
+    uniform: Sequence[float]
+
+
+class DeviceSamplingEngine(Engine, Protocol):
+    """The optional extension with which sampling happens where the logits are: only token ids cross to the host,
+    and a sampled token becomes its row's last token there. linnet.serve uses it when an engine has it, and
+    step_logits / prefill_batch_logits with a sampler on the host otherwise."""
+
+    def step_sampled(self, tokens: np.ndarray, draws: Draws) -> np.ndarray:
+        """step_logits(tokens)'s step, returning the new tokens int [rows]: the rows in draws.index sampled."""
+        ...
+
+    def prefill_batch_sampled(self, chunks: Sequence["Chunk"], draws: Draws) -> np.ndarray:
+        """prefill_batch(chunks), the chunks in draws.index sampled: int [len(chunks)]."""
+        ...
+
+
 class Chunk(NamedTuple):
     """One row's prefill piece in a batched prefill: tokens written at positions start.. of row."""
 

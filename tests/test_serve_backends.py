@@ -114,7 +114,8 @@ class CountingEngine:
 
     def __getattr__(self, name):
         value = getattr(self.engine, name)
-        if name in ("prefill", "prefill_logits", "prefill_batch", "prefill_batch_logits", "step", "step_logits"):
+        if name in ("prefill", "prefill_logits", "prefill_batch", "prefill_batch_logits", "prefill_batch_sampled", "step",
+                    "step_logits", "step_sampled"):  # fmt: skip
             return lambda *args: self.calls.append((name, len(args[0]) if name.startswith("prefill_batch") else 1)) or value(*args)
         return value
 
@@ -141,7 +142,8 @@ def test_an_engine_step_prefills_every_request_in_one_call(built):
     prefills = [[call for call in calls if call[0].startswith("prefill")] for calls in per_step]
     assert all(len(calls) <= 1 for calls in prefills), per_step  # one model call for all of a step's chunks...
     assert prefills[0] == [("prefill_batch", 4)], per_step  # ...the four requests' first chunks in the first step
-    assert {call[0] for calls in prefills for call in calls} == {"prefill_batch", "prefill_batch_logits"}
+    sampled_call = "prefill_batch_sampled" if callable(getattr(b.engine, "step_sampled", None)) else "prefill_batch_logits"
+    assert {call[0] for calls in prefills for call in calls} == {"prefill_batch", sampled_call}
     if mixes:  # and nothing else in a step that prefills: the decoding requests rode in that call
         assert all(len(calls) == 1 for calls in per_step), per_step
         assert serve.times.rider_tokens > 0
@@ -199,3 +201,59 @@ def test_the_xla_engine_compiles_every_batched_prefill_shape_ahead(tiny_checkpoi
         chunks = [Chunk(row, rng.integers(0, 1000, size=n).tolist(), 0) for row, n in enumerate(sizes)]
         prefill_batch(engine, chunks)
     assert compiles == [], compiles
+
+
+class HostSampling:
+    """An engine as it is, without its device sampler: linnet.serve then samples on the host from its logits."""
+
+    def __init__(self, engine):
+        self.engine = engine
+
+    def __getattr__(self, name):
+        if name in ("step_sampled", "prefill_batch_sampled"):
+            raise AttributeError(name)
+        return getattr(self.engine, name)
+
+
+def test_the_torch_engine_samples_on_the_device_as_the_host_would(built):
+    """The device sampler (the generated module's sample_rows, float64) draws the host sampler's tokens from the same
+    logits and uniforms; and requests served with it get the tokens they get when the host samples."""
+    import sys
+
+    from linnet_core.serve.sampling import sample
+
+    name, b = built
+    if not callable(getattr(b.engine, "step_sampled", None)):
+        pytest.skip(f"the {name} engine samples on the host")
+    import torch
+
+    sample_rows = sys.modules[type(b.engine).__module__].sample_rows
+    rng = np.random.default_rng(7)
+    logits = rng.standard_normal((40, 1024)).astype(np.float32) * 3
+    temperature, top_p, uniform = rng.uniform(0.2, 1.5, 40), rng.choice([1.0, 0.9, 0.5, 0.05], 40), rng.random(40)
+    on_device = sample_rows(torch.from_numpy(logits), temperature.tolist(), top_p.tolist(), uniform.tolist())
+    on_host = [sample(row, t, p, FixedDraw(u)) for row, t, p, u in zip(logits, temperature, top_p, uniform)]
+    assert on_device.tolist() == on_host
+    assert len(set(on_host)) > 20  # the draws spread: not one token every time
+
+    outputs = []
+    for engine in (b.engine, HostSampling(b.engine)):
+        engine.reset()
+        serve = ServeEngine(engine, ServeConfig(rows=ROWS, max_positions=POSITIONS, prefill_chunk=16, prefill_budget=32), 1001, name)
+        requests = [Request(p, SamplingParams(max_tokens=8, temperature=0.9, top_p=0.8, seed=i, ignore_eos=True))
+                    for i, p in enumerate(prompts(6, seed=13, low=10, high=40))]  # fmt: skip
+        for r in requests:
+            serve.submit(r)
+        run_to_end(serve)
+        outputs.append([r.output for r in requests])
+    assert outputs[0] == outputs[1]
+
+
+class FixedDraw:
+    """A random stream that returns one given uniform."""
+
+    def __init__(self, u: float):
+        self.u = u
+
+    def random(self) -> float:
+        return self.u

@@ -1,6 +1,6 @@
 """One step of the model over an Engine (nano-vllm's model runner): all of a step's prefill chunks into their rows
-in one engine call, and one batched decode step over every row, greedy on the device or sampled on the host from
-the step's logits. Where the engine batches one-token chunks, the decoding rows ride in the prefill call instead
+in one engine call, and one batched decode step over every row, greedy on the device, and sampled there too where
+the engine can (DeviceSamplingEngine in engine.py), else on the host from the step's logits. Where the engine batches one-token chunks, the decoding rows ride in the prefill call instead
 (as one-token chunks): a step with prompt work is then one model call.
 
 The engine's decode step advances every row, used or not. Rows nobody uses compute harmlessly, but their
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from linnet_core.engine import Chunk, Engine, prefill_batch, prefill_batch_logits
+from linnet_core.engine import Chunk, Draws, Engine, prefill_batch, prefill_batch_logits
 from linnet_core.serve.request import Request
 from linnet_core.serve.sampling import sample
 from linnet_core.serve.scheduler import PrefillChunk
@@ -22,11 +22,24 @@ def can_sample(engine: Engine) -> bool:
     return callable(getattr(engine, "prefill_logits", None)) and callable(getattr(engine, "step_logits", None))
 
 
+def samples_on_device(engine: Engine) -> bool:
+    """Whether the engine samples where its logits are (DeviceSamplingEngine in engine.py)."""
+    return all(callable(getattr(engine, name, None)) for name in ("step_sampled", "prefill_batch_sampled"))
+
+
+def draws(index: list[int], requests: list[Request]) -> Draws:
+    """The draws of the sampled requests at `index` of an engine call: each takes the next uniform of its own
+    random stream, in the order the host sampler would."""
+    params = [r.params for r in requests]
+    return Draws(index, [p.temperature for p in params], [p.top_p for p in params], [r.rng.random() for r in requests])
+
+
 class ModelStep:
     def __init__(self, engine: Engine):
         self.engine = engine
         self.rows, self.max_positions = engine.rows, engine.max_positions
         self.can_sample = can_sample(engine)
+        self.samples_on_device = samples_on_device(engine)
         self.positions = np.zeros(self.rows, dtype=np.int64)  # [rows] host mirror of each row's position
         self.last_tokens = np.zeros(self.rows, dtype=np.int64)  # [rows] the token each row feeds at the next step
 
@@ -53,7 +66,10 @@ class ModelStep:
         batch += [Chunk(r.row, [int(self.last_tokens[r.row])], int(self.positions[r.row])) for r in riders]
         requests = [c.request for c in chunks] + list(riders)
         sampled = [c.is_last and not c.request.params.greedy for c in chunks] + [not r.params.greedy for r in riders]
-        if any(sampled):
+        if any(sampled) and self.samples_on_device:  # only token ids leave the device
+            picks = [i for i, s in enumerate(sampled) if s]
+            tokens = [int(t) for t in self.engine.prefill_batch_sampled(batch, draws(picks, [requests[i] for i in picks]))]
+        elif any(sampled):
             logits = prefill_batch_logits(self.engine, batch)  # [C + D, vocab]
             tokens = [int(row.argmax()) for row in logits]
             for i, request in enumerate(requests):
@@ -75,6 +91,8 @@ class ModelStep:
         self.park_exhausted_rows()
         if not sampling:
             tokens = np.asarray(self.engine.step(), dtype=np.int64)
+        elif self.samples_on_device:  # only token ids leave the device
+            tokens = np.asarray(self.engine.step_sampled(self.last_tokens, draws([r.row for r in sampling], sampling)), dtype=np.int64)
         else:
             logits = self.engine.step_logits(self.last_tokens)  # [rows, vocab]; rows feed the tokens we chose
             tokens = logits.argmax(axis=-1).astype(np.int64)

@@ -37,7 +37,8 @@ def run_bench(settings: BenchSettings, display: Display = Display()) -> Path:
     ckpt, weights = checkpoint_for(settings.model, settings.weights, settings.seed)
     created_at, run_id = run_id_now()
     path = settings.out_dir / settings.model.id / f"{run_id}.json"
-    machine = {**environment.machine(), **roofline.measure(settings.device)}  # the memory wall: once per run
+    first_probe = roofline.measure(settings.device)  # the memory wall: probed again at the end (roofline.py)
+    machine = {**environment.machine(), **first_probe}
     result = new_result(settings, weights, machine, created_at, run_id)
     write_result(result, path)
     display.begin(result, path)
@@ -47,6 +48,9 @@ def run_bench(settings: BenchSettings, display: Display = Display()) -> Path:
         run_trials(settings, result, path, base_spec, scratch, display)
         if settings.peer_duet_s > 0:
             run_peer_duets(settings, result, path, base_spec, scratch, display)
+        result.machine.update(roofline.larger([first_probe, roofline.measure(settings.device)]))
+        for row in result.rows:
+            mark_wall(row, settings, result.machine)
         result.complete = True
     except KeyboardInterrupt:
         result.interrupted = True  # type: ignore[attr-defined]  # an extra field: the page says the run was cut short

@@ -91,6 +91,7 @@ def test_each_decode_row_is_placed_against_the_memory_wall(transformers_run, tin
 
     gb_s = transformers_run.machine["memory_bandwidth_gb_s"]
     assert 1 < gb_s < 1000
+    assert "the larger of 2 probes, at the run's start and end" in transformers_run.machine["memory_bandwidth_method"]
     for row in transformers_run.rows:
         read = roofline.bytes_per_token(tiny.config, "f32", None, 32, 8)
         assert row.metrics["bytes_per_token"] == read

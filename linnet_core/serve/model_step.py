@@ -1,7 +1,8 @@
 """One step of the model over an Engine (nano-vllm's model runner): all of a step's prefill chunks into their rows
 in one engine call, and one batched decode step over every row, greedy on the device, and sampled there too where
-the engine can (DeviceSamplingEngine in engine.py), else on the host from the step's logits. Where the engine batches one-token chunks, the decoding rows ride in the prefill call instead
-(as one-token chunks): a step with prompt work is then one model call.
+the engine can (DeviceSamplingEngine in engine.py), else on the host from the step's logits. Where the engine
+batches one-token chunks, the decoding rows ride in the prefill call instead (as one-token chunks): a step with
+prompt work is then one model call.
 
 The engine's decode step advances every row, used or not. Rows nobody uses compute harmlessly, but their
 positions keep growing; a free row that reaches the end of its positions is parked again at position 1 with
@@ -40,6 +41,8 @@ class ModelStep:
         self.rows, self.max_positions = engine.rows, engine.max_positions
         self.can_sample = can_sample(engine)
         self.samples_on_device = samples_on_device(engine)
+        # decoding rows ride in a step's prefill call (the engine batches one-token chunks: engine.py)
+        self.decodes_in_prefill = bool(getattr(engine, "decodes_in_prefill_batch", False))
         self.positions = np.zeros(self.rows, dtype=np.int64)  # [rows] host mirror of each row's position
         self.last_tokens = np.zeros(self.rows, dtype=np.int64)  # [rows] the token each row feeds at the next step
 
@@ -48,11 +51,6 @@ class ModelStep:
         (XLA); returns how many, 0 for the others."""
         compile_batches = getattr(self.engine, "compile_prefill_batches", None)
         return compile_batches(max_prefill_tokens) if callable(compile_batches) else 0
-
-    @property
-    def decodes_in_prefill(self) -> bool:
-        """Whether decoding rows can ride in a step's prefill call (the engine batches one-token chunks: engine.py)."""
-        return bool(getattr(self.engine, "decodes_in_prefill_batch", False))
 
     def prefill(self, chunks: list[PrefillChunk], riders: list[Request] = ()) -> tuple[list[int | None], list[int]]:
         """Writes all of a step's chunks into their requests' rows in one engine call (engine.prefill_batch), with

@@ -222,6 +222,85 @@ def test_16_bit_linear_on_a_cpu_multiplies_many_rows_in_f32(module):
     torch.testing.assert_close(few.float(), exact[:, :2], atol=0, rtol=2**-7)  # within one bf16 rounding
 
 
+AVX512 = torch.backends.cpu.get_cpu_capability().startswith("AVX512")
+
+
+@pytest.mark.skipif(not AVX512, reason="matvec_f32 runs on AVX-512 CPUs only")
+@pytest.mark.parametrize("rows, n, k", [(1, 5, 1), (1, 37, 17), (3, 64, 100), (8, 130, 2049), (2, 7, 4867),
+                                         (1, 896, 64)])
+def test_f32_decode_rows_on_an_avx512_cpu_run_in_the_matvec_kernel(module, rows, n, k):
+    """Every row length (full 64-float steps, masked tails, the four-row path of long rows, row counts not divisible
+    by four) against a float64 product: the kernel sums in another order than torch, so within f32 rounding."""
+    gen = torch.Generator().manual_seed(rows * n + k)
+    x, w, b = torch.randn(1, rows, k, generator=gen), torch.randn(n, k, generator=gen), torch.randn(n, generator=gen)
+    assert module.cpu_matvec()
+    for bias in (None, b):
+        y = module.linear(x, w, bias)
+        assert torch.equal(y[0], torch.ops.linnet_cpu.matvec_f32(x[0], w, bias))  # linear() took the kernel
+        exact = torch.nn.functional.linear(x.double(), w.double(), None if bias is None else bias.double())
+        torch.testing.assert_close(y.double(), exact, atol=1e-5 * math.sqrt(k), rtol=1e-5)
+    many = torch.randn(1, module.MATVEC_ROWS + 1, k, generator=gen)  # a prefill's rows: torch's own product
+    assert torch.equal(module.linear(many, w, b), torch.nn.functional.linear(many, w, b))
+
+
+@pytest.mark.skipif(not AVX512, reason="matvec_f32 runs on AVX-512 CPUs only")
+def test_the_matvec_kernel_refuses_what_it_cannot_multiply(module):
+    assert module.cpu_matvec()
+    matvec, w = torch.ops.linnet_cpu.matvec_f32, torch.ones(4, 8)
+    for x, weight, why in [(torch.ones(1, 7), w, "x \\[M, K\\]"), (torch.ones(1, 8).double(), w, "f32"),
+                           (torch.ones(1, 4), w.t(), "row-major")]:  # fmt: skip
+        with pytest.raises(RuntimeError, match=why):
+            matvec(x, weight, None)
+
+
+def test_cpu_weights_move_into_one_huge_page_mapping_unchanged(module, tiny_checkpoint):
+    """The loaded weights, moved: equal values, row-major where the f32 kernel reads them, the tied head still the
+    embedding's tensor, all in one mapping that starts on a 2 MiB boundary."""
+    eng = engine(module, tiny_checkpoint)
+    hf = load_file(tiny_checkpoint / "model.safetensors")
+    block = eng.model.blocks[1]
+    assert torch.equal(block.down_proj_weight, hf["model.layers.1.mlp.down_proj.weight"])
+    assert block.down_proj_weight.is_contiguous() == module.cpu_matvec()
+    assert eng.model.epilogue.embed_weight is eng.model.prologue.embed_weight
+    weights = [t for m in eng.model.modules() for t in vars(m).values() if isinstance(t, torch.Tensor) and t.dim() == 2]
+    starts = sorted(w.data_ptr() for w in weights)
+    assert starts[0] % module.HUGE_PAGE == 0
+    ends = max(w.data_ptr() + w.numel() * w.element_size() for w in weights)
+    region = next(r for r in mappings() if r[0] <= starts[0] < r[1])
+    assert ends <= region[1]  # one mapping holds them all
+
+
+def test_weights_of_real_size_land_on_huge_pages_in_their_layouts(module):
+    """8 MiB of weights, one of them column-major and one named twice (a tied head): the same values and strides,
+    one tensor for both names, and huge pages under them where Linux grants them to advised memory."""
+    gen = torch.Generator().manual_seed(0)
+    embed, column = torch.randn(1024, 1024, generator=gen), torch.randn(512, 2048, generator=gen).t().contiguous().t()
+    weights = {"embed": embed, "head": embed, "column": column, "norm": torch.randn(1024, generator=gen)}
+    moved = module.in_huge_pages(weights)
+    assert moved["head"] is moved["embed"] and moved["embed"].data_ptr() != embed.data_ptr()
+    for name, w in weights.items():
+        assert torch.equal(moved[name], w) and moved[name].stride() == w.stride()
+    region = next(r for r in mappings() if r[0] <= moved["embed"].data_ptr() < r[1])
+    if "[never]" not in THP_SETTING:
+        assert region[2] >= 4096  # kB of it on huge pages: at least two
+
+
+THP_SETTING = open("/sys/kernel/mm/transparent_hugepage/enabled").read() if os.path.exists(
+    "/sys/kernel/mm/transparent_hugepage/enabled") else "[never]"  # fmt: skip
+
+
+def mappings() -> list[tuple[int, int, int]]:
+    """This process's mappings: (start, end, kB on anonymous huge pages), from /proc/self/smaps."""
+    found = []
+    for line in open("/proc/self/smaps"):
+        if re.match(r"[0-9a-f]+-[0-9a-f]+ ", line):
+            start, end = (int(a, 16) for a in line.split()[0].split("-"))
+            found.append([start, end, 0])
+        elif line.startswith("AnonHugePages:"):
+            found[-1][2] = int(line.split()[1])
+    return [tuple(r) for r in found]
+
+
 def test_the_rope_table_is_the_same_in_every_process(module):
     """Its cos and sin are numpy's f64 ones of the f32 angles: torch's f32 cos on a multi-threaded CPU was 1.5e-4
     off for the half of a 512-position table a worker thread computed, in about one process in fifteen."""

@@ -29,7 +29,7 @@ from linnet_core import devices, dtypes
 from linnet_core.checkpoint import check_seed
 from linnet_core.devices import DEVICES
 from linnet_core.errors import UserError, literal, run_cli
-from runners import RUNNERS, get_runner
+from runners import RUNNERS, get_runner, with_peers
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Linnet Bench: time every stack the same way.")
 console = Console()
@@ -67,6 +67,7 @@ def run(
     trials: Optional[int] = typer.Option(None, min=1, max=100, help="fresh processes per row, round robin over the rows (default: the profile's; default and cpu: 3, serving rows 1)"),
     peer_duets: float = typer.Option(0.0, "--peer-duets", min=0, max=600, help="after the trials, time each Linnet row in turns with the stack it replaces for this many seconds per process pair (2 pairs); the page's comparison then rests on those run pairs (0: off)"),
     runs: Optional[int] = typer.Option(None, "--runs", min=1, max=1000, help="timed runs per trial of a single-request row (default: the profile's)"),
+    peer: Optional[list[str]] = typer.Option(None, "--peer", help="RUNNER=PEER: compare this Linnet row with PEER instead of the stack the registry names (in the table, and in turns with --peer-duets); repeat for several"),
     budget: Optional[float] = typer.Option(None, help="seconds each run (a model on a device in a dtype) may take: no trial starts once they are spent and a running child is cut at them; every row gets its first trial before any its second (a short GPU window: scripts/gpu-suite.sh)"),
     cluster: Optional[str] = typer.Option(None, help="run the rows as tasks on the Ray cluster at this address (HEAD:6379), or `local` to start one here (needs the `cluster` extra)"),
     accelerator_type: Optional[list[str]] = typer.Option(None, "--accelerator-type", help="with --cluster: run every row on each of these kinds of GPU (Ray's accelerator_type:NAME, e.g. H100); repeat"),
@@ -86,6 +87,7 @@ def run(
     for d in dtype or ():
         dtypes.check(d)
     chosen = tuple(dict.fromkeys(get_runner(r) for r in runner)) if runner else tuple(RUNNERS.values())  # one row each
+    chosen = with_peers(chosen, peer or ())
     if profile is not None:
         get_profile(profile)
     if peer_duets and cluster is not None:

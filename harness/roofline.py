@@ -27,7 +27,7 @@ def probe(device: str) -> dict:
     """The best of PROBE_REPEATS reads of a large array (its maximum: a streaming read and nothing written, as a
     batch-1 decode step reads its weights), in GB/s. A copy (STREAM's measure) under-reads the wall a decode faces: on
     this project's 2-core VM it gave 31 GB/s where llama.cpp's f32 decode read 39. So does a read of 4 KiB pages: on
-    that VM a streaming read ran at 70-80% of its speed on 2 MiB pages in the machine's fast spells."""
+    that VM a streaming read ran at 65-80% of its speed on 2 MiB pages in the machine's fast spells."""
     try:
         import torch
     except ImportError:  # the harness runs without torch: numpy on one thread

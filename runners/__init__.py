@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 from typing import Literal
 
 from linnet_core.errors import UserError
@@ -80,5 +81,29 @@ TRUTH = RunnerInfo("transformers-f64", "runners.transformers_truth", "transforme
 
 def get_runner(name: str) -> RunnerInfo:
     if name not in RUNNERS:
-        raise UserError(f"unknown runner {name!r}; known runners: {', '.join(RUNNERS)}")
+        raise UserError(f"unknown runner {name[:80]!r}; known runners: {', '.join(RUNNERS)}")
     return RUNNERS[name]
+
+
+def with_peers(rows: Sequence[RunnerInfo], pairs: Sequence[str]) -> tuple[RunnerInfo, ...]:
+    """The run's rows, each Linnet row that `run --peer RUNNER=PEER` names compared with that PEER instead of its own
+    (in the table, and in turns with --peer-duets): on a CPU, say, generated PyTorch against llama.cpp rather than
+    transformers compiled. A one-line error for a pair that is not two of this run's rows, a Linnet row and another,
+    timed the same way."""
+    peers: dict[str, str] = {}
+    for pair in pairs:
+        ours, sep, theirs = pair.partition("=")
+        if not (sep and ours and theirs) or len(pair) > 200:
+            raise UserError(f"--peer {pair[:80]!r}: write RUNNER=PEER, e.g. --peer linnet-torch=llamacpp-linnet-gguf")
+        linnet, other = get_runner(ours), get_runner(theirs)
+        if not linnet.ours or other is linnet:
+            raise UserError(f"--peer {pair}: RUNNER is one of Linnet's rows and PEER another stack it is compared with")
+        if linnet.kind != other.kind:
+            raise UserError(f"--peer {pair}: {linnet.id} is a {linnet.kind} row and {other.id} a {other.kind} one")
+        if peers.setdefault(linnet.id, other.id) != other.id:
+            raise UserError(f"--peer {pair}: {linnet.id} already has the peer {peers[linnet.id]}")
+    in_run = {r.id for r in rows}
+    for linnet, other in peers.items():
+        if missing := [r for r in (linnet, other) if r not in in_run]:
+            raise UserError(f"--peer {linnet}={other}: {missing[0]} is not among this run's rows (add --runner {missing[0]})")
+    return tuple(replace(r, peer=peers.get(r.id, r.peer)) for r in rows)

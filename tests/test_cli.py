@@ -30,6 +30,17 @@ def test_models_lists_both():
         (["run", "qwen2-tiny", "--weights", "/nonexistent/ckpt"], "/nonexistent/ckpt/config.json: no config.json"),
         (["run", "qwen2-tiny", "--seed", "-1"], "--seed -1: give a whole number from 0 to 4294967295"),
         (["run", "qwen2-tiny", "--seed", "99999999999999999999999"], "--seed 99999999999999999999999: give a whole number"),
+        (["run", "qwen2-tiny", "--peer", "linnet-torch"], "--peer 'linnet-torch': write RUNNER=PEER"),
+        (["run", "qwen2-tiny", "--peer", "=llamacpp-linnet-gguf"], "write RUNNER=PEER"),
+        (["run", "qwen2-tiny", "--peer", "linnet-torch=" + "x" * 100_000], "write RUNNER=PEER"),
+        (["run", "qwen2-tiny", "--peer", "linnet-torch=nope\x1b[31m"], "unknown runner 'nope\\x1b[31m'"),
+        (["run", "qwen2-tiny", "--peer", "transformers=linnet-torch"], "RUNNER is one of Linnet's rows and PEER another"),
+        (["run", "qwen2-tiny", "--peer", "linnet-torch=linnet-torch"], "RUNNER is one of Linnet's rows and PEER another"),
+        (["run", "qwen2-tiny", "--peer", "linnet-torch=serve-vllm"], "linnet-torch is a single row and serve-vllm a serving one"),
+        (["run", "qwen2-tiny", "--peer", "linnet-torch=vllm", "--peer", "linnet-torch=llamacpp-linnet-gguf"],
+         "linnet-torch already has the peer vllm"),
+        (["run", "qwen2-tiny", "-r", "linnet-torch", "--peer", "linnet-torch=llamacpp-linnet-gguf"],
+         "llamacpp-linnet-gguf is not among this run's rows (add --runner llamacpp-linnet-gguf)"),
     ],
 )
 def test_bad_input_is_one_line(args, message, tmp_path):

@@ -169,6 +169,28 @@ def test_a_peer_duet_that_fails_is_a_note_and_the_row_keeps_its_trials(tmp_path,
     assert against_peer(ours, result.rows).in_turns is False
 
 
+def test_a_row_given_another_peer_is_compared_and_timed_in_turns_with_that_one(tmp_path, monkeypatch):
+    """`run --peer fake-linnet=fake-named`: the row's peer in the result file, its duet and its comparison are the
+    named stack's, not the registry's."""
+    from harness.bench import run_bench
+    from harness.site.comparisons import against_peer
+    from runners import RUNNERS, RunnerInfo, with_peers
+
+    ours = RunnerInfo("fake-linnet", "tests.fake_runners:PerToken", "ours", "PyTorch", peer="fake-registry-peer")
+    named = RunnerInfo("fake-named", "tests.fake_runners:PerTokenHalfSpeed", "named", "PyTorch")
+    registry = RunnerInfo("fake-registry-peer", "tests.fake_runners:PerToken", "registry's", "PyTorch")
+    for info in (ours, named, registry):
+        monkeypatch.setitem(RUNNERS, info.id, info)
+    rows = with_peers((ours, named, registry), ["fake-linnet=fake-named"])
+    settings = BenchSettings(get_model("qwen2-tiny"), rows, get_profile("quick"), "f32", "cpu", None, tmp_path,
+                             timeout_s=120, peer_duet_s=1.0)  # fmt: skip
+    result = load_result(run_bench(settings))
+    row = result.rows[0]
+    assert row.peer == "fake-named" and row.peer_duet.peer == "fake-named"
+    comparison = against_peer(row, result.rows)
+    assert comparison.theirs.runner == "fake-named" and comparison.in_turns and comparison.ratio > 1.5
+
+
 @pytest.mark.parametrize("bad", [float("nan"), -1.0, float("inf"), "fast", [[1.0]]])
 def test_a_peer_duet_holding_a_bad_figure_is_an_invalid_row(bad):
     from harness.results import Row

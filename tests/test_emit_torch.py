@@ -233,7 +233,7 @@ def test_f32_decode_rows_on_an_avx512_cpu_run_in_the_matvec_kernel(module, rows,
     by four) against a float64 product: the kernel sums in another order than torch, so within f32 rounding."""
     gen = torch.Generator().manual_seed(rows * n + k)
     x, w, b = torch.randn(1, rows, k, generator=gen), torch.randn(n, k, generator=gen), torch.randn(n, generator=gen)
-    assert module.cpu_matvec()
+    assert module.load_cpu_matvec()
     for bias in (None, b):
         y = module.linear(x, w, bias)
         assert torch.equal(y[0], torch.ops.linnet_cpu.matvec_f32(x[0], w, bias))  # linear() took the kernel
@@ -245,7 +245,7 @@ def test_f32_decode_rows_on_an_avx512_cpu_run_in_the_matvec_kernel(module, rows,
 
 @pytest.mark.skipif(not AVX512, reason="matvec_f32 runs on AVX-512 CPUs only")
 def test_the_matvec_kernel_refuses_what_it_cannot_multiply(module):
-    assert module.cpu_matvec()
+    assert module.load_cpu_matvec()
     matvec, w = torch.ops.linnet_cpu.matvec_f32, torch.ones(4, 8)
     for x, weight, why in [(torch.ones(1, 7), w, "x \\[M, K\\]"), (torch.ones(1, 8).double(), w, "f32"),
                            (torch.ones(1, 4), w.t(), "row-major")]:  # fmt: skip
@@ -260,7 +260,7 @@ def test_cpu_weights_move_into_one_huge_page_mapping_unchanged(module, tiny_chec
     hf = load_file(tiny_checkpoint / "model.safetensors")
     block = eng.model.blocks[1]
     assert torch.equal(block.down_proj_weight, hf["model.layers.1.mlp.down_proj.weight"])
-    assert block.down_proj_weight.is_contiguous() == module.cpu_matvec()
+    assert block.down_proj_weight.is_contiguous() == module.load_cpu_matvec()
     assert eng.model.epilogue.embed_weight is eng.model.prologue.embed_weight
     weights = [t for m in eng.model.modules() for t in vars(m).values() if isinstance(t, torch.Tensor) and t.dim() == 2]
     starts = sorted(w.data_ptr() for w in weights)
@@ -420,6 +420,10 @@ def test_inductor_compiles_each_graph_once_and_writes_the_cache_in_place(module,
     layer_cache = eng.max_positions * module.KV_HEADS * module.HEAD_DIM
     sizes = allocations(decode)
     assert sizes and max(sizes) < layer_cache, (max(sizes), layer_cache)
+    # on an AVX-512 CPU the compiled f32 step calls matvec_f32 for its linears (per layer the fused qkv, the output
+    # projection, gate/up and down, and the head once)
+    if AVX512:
+        assert decode.count("matvec_f32") >= 4 * module.LAYERS + 1
 
 
 def test_the_inductor_rows_trials_share_its_compile_cache(tiny, tiny_checkpoint, tmp_path, monkeypatch):

@@ -104,7 +104,12 @@ def test_the_loader_fuses_and_reads_the_tied_embedding_once(module, tiny_checkpo
     assert eng.model.epilogue.embed_weight is eng.model.prologue.embed_weight  # one tensor for embedding and head
 
 
-def test_logits_and_tokens_match_transformers_through_the_cache(module, tiny_checkpoint, reference, tiny):
+@pytest.mark.parametrize("every_matrix_in_the_kernel", [False, True])
+def test_logits_and_tokens_match_transformers_through_the_cache(module, tiny_checkpoint, reference, tiny,
+                                                                every_matrix_in_the_kernel, monkeypatch):  # fmt: skip
+    """The tiny model's matrices sit below MATVEC_MIN_WEIGHTS; with the bound at 0 its decode runs in matvec_f32."""
+    if every_matrix_in_the_kernel:
+        monkeypatch.setattr(module, "MATVEC_MIN_WEIGHTS", 0)
     eng = engine(module, tiny_checkpoint)
     probe = probe_ids(tiny.first_special_token, 0, length=40)
     logits = eng.score(probe, 24)
@@ -228,17 +233,22 @@ AVX512 = torch.backends.cpu.get_cpu_capability().startswith("AVX512")
 @pytest.mark.skipif(not AVX512, reason="matvec_f32 runs on AVX-512 CPUs only")
 @pytest.mark.parametrize("rows, n, k", [(1, 5, 1), (1, 37, 17), (3, 64, 100), (8, 130, 2049), (2, 7, 4867),
                                          (1, 896, 64)])
-def test_f32_decode_rows_on_an_avx512_cpu_run_in_the_matvec_kernel(module, rows, n, k):
+def test_f32_decode_rows_on_an_avx512_cpu_run_in_the_matvec_kernel(module, rows, n, k, monkeypatch):
     """Every row length (full 64-float steps, masked tails, the four-row path of long rows, row counts not divisible
-    by four) against a float64 product: the kernel sums in another order than torch, so within f32 rounding."""
+    by four) against a float64 product: the kernel sums in another order than torch, so within f32 rounding. linear()
+    takes it for a decode's few rows over a weight of MATVEC_MIN_WEIGHTS or more, torch's product otherwise."""
     gen = torch.Generator().manual_seed(rows * n + k)
     x, w, b = torch.randn(1, rows, k, generator=gen), torch.randn(n, k, generator=gen), torch.randn(n, generator=gen)
     assert module.load_cpu_matvec()
     for bias in (None, b):
-        y = module.linear(x, w, bias)
-        assert torch.equal(y[0], torch.ops.linnet_cpu.matvec_f32(x[0], w, bias))  # linear() took the kernel
-        exact = torch.nn.functional.linear(x.double(), w.double(), None if bias is None else bias.double())
+        y = torch.ops.linnet_cpu.matvec_f32(x[0], w, bias)
+        exact = torch.nn.functional.linear(x[0].double(), w.double(), None if bias is None else bias.double())
         torch.testing.assert_close(y.double(), exact, atol=1e-5 * math.sqrt(k), rtol=1e-5)
+        kernel = n * k >= module.MATVEC_MIN_WEIGHTS
+        assert torch.equal(module.linear(x, w, bias)[0], y if kernel else torch.nn.functional.linear(x[0], w, bias))
+        monkeypatch.setattr(module, "MATVEC_MIN_WEIGHTS", 0)
+        assert torch.equal(module.linear(x, w, bias)[0], y)
+        monkeypatch.undo()
     many = torch.randn(1, module.MATVEC_ROWS + 1, k, generator=gen)  # a prefill's rows: torch's own product
     assert torch.equal(module.linear(many, w, b), torch.nn.functional.linear(many, w, b))
 
@@ -276,7 +286,9 @@ def test_weights_of_real_size_land_on_huge_pages_in_their_layouts(module):
     gen = torch.Generator().manual_seed(0)
     embed, column = torch.randn(1024, 1024, generator=gen), torch.randn(512, 2048, generator=gen).t().contiguous().t()
     weights = {"embed": embed, "head": embed, "column": column, "norm": torch.randn(1024, generator=gen)}
-    moved = module.in_huge_pages(weights)
+    handed = dict(weights)
+    moved = module.in_huge_pages(handed)
+    assert not handed  # emptied as they moved: the originals are not kept alive beside their copies
     assert moved["head"] is moved["embed"] and moved["embed"].data_ptr() != embed.data_ptr()
     for name, w in weights.items():
         assert torch.equal(moved[name], w) and moved[name].stride() == w.stride()
@@ -392,7 +404,8 @@ def allocations(code: str) -> list[int]:
     return [math.prod(int(v.strip().rstrip("L")) for v in size.split(",") if v.strip()) for size in sizes]
 
 
-def test_inductor_compiles_each_graph_once_and_writes_the_cache_in_place(module, tiny_checkpoint, reference, tiny):
+def test_inductor_compiles_each_graph_once_and_writes_the_cache_in_place(module, tiny_checkpoint, reference, tiny,
+                                                                          monkeypatch):  # fmt: skip
     """The decode step compiles once, without graph breaks, and neither other positions, step(), score() nor
     another prompt length compile again (the prefill's shapes are dynamic); the compiled step allocates nothing
     the size of a layer's cache (around an index_copy_ into a view of it, inductor copied the cache every step);
@@ -401,6 +414,7 @@ def test_inductor_compiles_each_graph_once_and_writes_the_cache_in_place(module,
     from torch._inductor.graph import GraphLowering
 
     probe = probe_ids(tiny.first_special_token, 0, length=40)
+    monkeypatch.setattr(module, "MATVEC_MIN_WEIGHTS", 0)  # the tiny model's matrices in matvec_f32 too (see below)
     torch._dynamo.reset()
     counters.clear()
     codes = []  # the source of each graph inductor compiles (as torch._inductor.utils.run_and_get_code sees it)

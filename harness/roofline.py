@@ -31,16 +31,12 @@ def probe(device: str) -> dict:
     try:
         import torch
     except ImportError:  # the harness runs without torch: numpy on one thread
-        import numpy as np
-
-        array = np.ones(PROBE_BYTES["cpu"] // 4, np.float32)
+        array = host_array()
         read, sync, method = array.max, (lambda: None), "numpy read (max), one thread"
     else:
-        import numpy as np
-
         torch.set_num_threads(torch.get_num_threads())  # every core: a decode step's matrix products use them all
-        if device == "cpu":  # numpy asks Linux for huge pages under a large array, as Linnet's engines do for weights
-            array = torch.from_numpy(np.ones(PROBE_BYTES["cpu"] // 4, np.float32))
+        if device == "cpu":
+            array = torch.from_numpy(host_array())
         else:
             array = torch.ones(PROBE_BYTES[device] // 4, dtype=torch.float32, device=device)
         read = array.amax
@@ -55,6 +51,14 @@ def probe(device: str) -> dict:
         sync()
         best = min(best, time.perf_counter() - start)
     return {"gb_s": PROBE_BYTES[device] / best / 1e9, "method": f"{method}, best of {PROBE_REPEATS}"}
+
+
+def host_array():
+    """The CPU probe's float32 array. numpy asks Linux for huge pages under an array this large, as the generated
+    PyTorch engine does for its weights (in_huge_pages)."""
+    import numpy as np
+
+    return np.ones(PROBE_BYTES["cpu"] // 4, np.float32)
 
 
 def measure(device: str) -> dict:

@@ -447,6 +447,30 @@ def test_inductor_compiles_each_graph_once_and_writes_the_cache_in_place(module,
         assert decode.count("matvec_f32") >= 4 * module.LAYERS + 1
 
 
+def test_compiled_blocks_compile_each_kind_of_block_once_for_all_layers(module, tiny_checkpoint, reference, tiny):
+    """What inductor runs on a GPU (compile_blocks), on a CPU: the static-window step and the bucketed prefill the
+    CUDA graphs capture, with each block compiled. transformers' greedy tokens, no graph breaks, and one compile
+    per kind of block for the one-token step and one for prefills of any length, however many layers."""
+    from torch._dynamo.utils import counters
+
+    probe = probe_ids(tiny.first_special_token, 0, length=40)
+    torch._dynamo.reset()
+    counters.clear()
+    eng = engine(module, tiny_checkpoint)
+    module.compile_blocks(eng.model)
+    eng.decode = lambda window: eng.decode_step(eng.max_positions)  # as on a GPU (Engine.__init__)
+    eng.prefill_graphs = {}  # a one-row engine on a GPU has these; on a CPU captured_prefill runs as is
+    eng.generate(1)  # a GPU engine captures its decode step at load, before any prefill
+    eng.reset()
+    first = eng.prefill(0, probe)  # bucket 64
+    tokens = eng.generate(NEW - 1)
+    eng.prefill(0, probe[:20])  # bucket 32
+    eng.generate(2)
+    assert [first, *tokens[:, 0].tolist()] == [reference.prefill(probe), *reference.decode(NEW - 1)]
+    assert module.LAYERS > 1 and not counters["graph_break"]
+    assert counters["stats"]["unique_graphs"] == 2 * len(module.BLOCKS)
+
+
 def test_the_inductor_rows_trials_share_its_compile_cache(tiny, tiny_checkpoint, tmp_path, monkeypatch):
     """Each trial is a fresh process with the run's compile caches (harness.launch.compile_caches): the second loads
     what the first compiled."""

@@ -152,6 +152,89 @@ def test_an_engine_step_prefills_every_request_in_one_call(built):
     assert all(len(r.output) == 4 for r in requests)
 
 
+class OverlapLog:
+    """An engine as it is, recording the order of its decode steps' starts and waits: ("start", k), ("wait", k)."""
+
+    overlaps_steps = True  # as on a GPU: the loop overlaps even where the step has run when start_step returns
+
+    def __init__(self, engine):
+        self.engine, self.order = engine, []
+
+    def __getattr__(self, name):
+        return getattr(self.engine, name)
+
+    def start_step(self):
+        k = sum(1 for what, _ in self.order if what == "start")
+        self.order.append(("start", k))
+        wait = self.engine.start_step()
+        return lambda: self.order.append(("wait", k)) or wait()
+
+
+class WaitsForEachStep:
+    """An engine as it is, without start_step: the loop then waits for each decode step."""
+
+    def __init__(self, engine):
+        self.engine = engine
+
+    def __getattr__(self, name):
+        if name == "start_step":
+            raise AttributeError(name)
+        return getattr(self.engine, name)
+
+
+def serve_through_the_loop(engine, name, prompts_and_lengths, eos):
+    """Serves the requests through the engine's loop thread, as the server does; returns (tokens, finish reason)
+    for each, from the events the loop handed out, after checking that each request's events end with exactly one
+    finish and that its tokens are the request's output. Also returns the serving engine."""
+    import threading
+
+    serve = ServeEngine(engine, ServeConfig(rows=ROWS, max_positions=POSITIONS, prefill_chunk=16, prefill_budget=32), eos, name)
+    requests = [Request(p, SamplingParams(max_tokens=n)) for p, n in prompts_and_lengths]
+    events, done = {r.id: [] for r in requests}, threading.Event()
+
+    def listen(batch):
+        for event in batch:
+            events[event.request_id].append(event)
+        if all(e and e[-1].finish_reason for e in events.values()):
+            done.set()
+
+    serve.start(listen)
+    try:
+        for r in requests:
+            serve.submit(r)
+        assert done.wait(timeout=120), "the requests did not all finish"
+    finally:
+        serve.stop()
+    served = []
+    for r in requests:
+        stream = events[r.id]
+        assert [e.finish_reason is not None for e in stream] == [False] * (len(stream) - 1) + [True], stream
+        served.append(([t for e in stream for t in e.tokens], stream[-1].finish_reason))
+        assert served[-1][0] == r.output
+    return served, serve
+
+
+def test_the_loop_overlapping_steps_serves_the_tokens_of_the_loop_waiting_for_each(built):
+    """Where the engine starts a step without waiting (start_step, on a GPU: forced here), the loop launches decode
+    step k + 1 before it hands out step k's tokens; requests that end by EOS or length in the middle of that get the same tokens and
+    reasons as when each step is waited for, and the rows come back."""
+    name, b = built
+    if not callable(getattr(b.engine, "start_step", None)):
+        pytest.skip(f"the {name} engine waits for each step")
+    assert not b.engine.overlaps_steps  # on a CPU the loop waits for each step: a lag would only delay its events
+    work = [(p, n) for p, n in zip(prompts(7, seed=21, low=5, high=30), (9, 3, 12, 6, 1, 10, 7))]
+    waited, _ = serve_through_the_loop(WaitsForEachStep(b.engine), name, work, eos=None)
+    eos = waited[0][0][2]  # a token the first request makes third: with it as EOS, some requests stop early
+    waited, _ = serve_through_the_loop(WaitsForEachStep(b.engine), name, work, eos)
+    log = OverlapLog(b.engine)
+    overlapped, serve = serve_through_the_loop(log, name, work, eos)
+    assert overlapped == waited
+    assert "stop" in {reason for _, reason in waited} and "length" in {reason for _, reason in waited}
+    started = [k for what, k in log.order if what == "start"]
+    assert started and any(log.order.index(("start", k + 1)) < log.order.index(("wait", k)) for k in started[:-1])
+    assert serve.scheduler.pool.num_used == 0
+
+
 @pytest.mark.parametrize("backend", ["torch", "ort"])
 def test_an_int8_backend_serves_its_own_single_request_tokens(backend, tiny, tiny_checkpoint, tmp_path):
     """--quant int8: the engine's rows agree with the same int8 engine run for one request alone (quantized weights

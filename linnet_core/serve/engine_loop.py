@@ -11,6 +11,12 @@ model and repeats schedule -> run -> postprocess (nano-vllm's step) while there 
   5. otherwise one batched decode step over every row, for the requests whose prompts are in,
   6. hand the decode step's events (one new token per request, finishes) to the listener in one call.
 
+Where the engine starts a step without waiting for it (OverlappingEngine in engine.py: on a GPU) and every decoding
+request is greedy, step 5 launches the decode step and then hands out the events of the step before it, so the host's
+bookkeeping runs while the device computes (vLLM's async scheduling). The step's tokens are waited for in the next
+iteration, or before anything that needs them: a prefill call, a sampled step, going idle. A request that finishes
+in step k has its row computed once more in step k + 1, as every unused row is; that token is dropped.
+
 An accepted request always runs to its end: max_tokens, EOS (unless ignored), or its cancellation. If the
 model fails, every request in flight gets an error event and new ones are refused: none waits forever."""
 
@@ -23,6 +29,8 @@ from collections import defaultdict
 from dataclasses import astuple, dataclass, replace
 from typing import Callable
 
+import numpy as np
+
 from linnet_core.engine import Engine
 from linnet_core.errors import UserError
 from linnet_core.serve.config import ServeConfig
@@ -31,6 +39,16 @@ from linnet_core.serve.request import Event, Request, Status
 from linnet_core.serve.scheduler import Scheduler
 
 Listener = Callable[[list[Event]], None]
+
+
+@dataclass
+class PendingStep:
+    """A decode step launched and not yet waited for: the wait for its tokens, the requests that were decoding when
+    it started, and the seconds its launch took."""
+
+    tokens: Callable[[], np.ndarray]
+    decoding: list[Request]
+    launch_s: float
 
 
 class EngineFailed(Exception):
@@ -102,6 +120,7 @@ class ServeEngine:
         self._thread: threading.Thread | None = None
         self._listener: Listener = lambda events: None
         self._decoded = False  # whether this step's prefill call made its decode tokens (riders)
+        self._pending: PendingStep | None = None  # a decode step launched, its tokens not yet waited for
 
     # ---- any thread ----
 
@@ -148,6 +167,7 @@ class ServeEngine:
         self._wake.set()
         self._thread.join(timeout)
         self._thread = None
+        self._pending = None  # its requests are cancelled below
         with self._lock:
             left = self._drain()
         if left:
@@ -159,6 +179,9 @@ class ServeEngine:
         while not self._stopping:
             with self._lock:
                 idle = not self.scheduler.has_work and not self._cancels
+            if idle and self._pending is not None:  # a last step launched for requests that have all finished
+                self._wait_pending()  # no tokens to hand out; the host's mirror of last tokens catches up
+                continue
             if idle:
                 self._wake.wait()
                 self._wake.clear()
@@ -179,7 +202,7 @@ class ServeEngine:
         request whose prompt finished this step has two, its prefill's first token and then its decode token, where
         the engine does not fold decoding into its prefill call)."""
         started = time.perf_counter()
-        events = self.prefill_step() + self.decode_step()
+        events = self.prefill_step() + self.decode_step() + self.finish_pending()
         self._count_step(time.perf_counter() - started)
         return events
 
@@ -194,6 +217,9 @@ class ServeEngine:
             self._apply_cancels(finished)
             self.scheduler.admit()
             chunks = self.scheduler.prefill_chunks()
+        if chunks and self._pending is not None:  # the prefill call reads what the launched step made
+            for request, new in self._wait_pending():
+                self._append(request, new, tokens, finished)
         start = time.perf_counter()
         riders = self.scheduler.decoding() if chunks and self.model.decodes_in_prefill else []
         firsts, ridden = self.model.prefill(chunks, riders)  # one engine call for all of them
@@ -214,11 +240,22 @@ class ServeEngine:
 
     def decode_step(self) -> list[Event]:
         """One batched decode step over every row; one new token for each decoding request. None after a prefill
-        call that the decoding requests rode in."""
+        call that the decoding requests rode in. Where the engine overlaps and every decoding request is greedy,
+        the step is launched and the events returned are the step before's (see the module's docstring)."""
         tokens: dict[str, list[int]] = defaultdict(list)
         finished: dict[str, str] = {}
         decoding = [] if self._decoded else self.scheduler.decoding()
         self._decoded = False
+        if decoding and self.model.overlaps and all(r.params.greedy for r in decoding):
+            start = time.perf_counter()
+            wait = self.model.start_decode()
+            launched = PendingStep(wait, decoding, time.perf_counter() - start)
+            events = self.finish_pending()  # while the device runs the step just launched
+            self._pending = launched
+            return events
+        for request, new in self._wait_pending():  # a sampled step feeds the tokens the step before made
+            self._append(request, new, tokens, finished)
+        decoding = [r for r in decoding if r.status is Status.DECODING]
         if decoding:
             sampling = [r for r in decoding if not r.params.greedy]
             start = time.perf_counter()
@@ -230,6 +267,29 @@ class ServeEngine:
             for request in decoding:
                 self._append(request, int(new[request.row]), tokens, finished)
         return self._events(tokens, finished)
+
+    def finish_pending(self) -> list[Event]:
+        """The events of the launched decode step, after waiting for its tokens; none if there is none."""
+        tokens: dict[str, list[int]] = defaultdict(list)
+        finished: dict[str, str] = {}
+        for request, new in self._wait_pending():
+            self._append(request, new, tokens, finished)
+        return self._events(tokens, finished)
+
+    def _wait_pending(self) -> list[tuple[Request, int]]:
+        """Waits for the launched decode step: (request, its new token) for each request still decoding (one that
+        finished or was cancelled since the launch gets none), counted in the decode figures."""
+        pending, self._pending = self._pending, None
+        if pending is None:
+            return []
+        start = time.perf_counter()
+        new = pending.tokens()
+        decode_s = pending.launch_s + time.perf_counter() - start
+        live = [r for r in pending.decoding if r.status is Status.DECODING]
+        self.times = replace(self.times, decode_steps=self.times.decode_steps + 1,
+                             decode_tokens=self.times.decode_tokens + len(live),
+                             decode_s=self.times.decode_s + decode_s)  # fmt: skip
+        return [(r, int(new[r.row])) for r in live]
 
     def _events(self, tokens: dict[str, list[int]], finished: dict[str, str]) -> list[Event]:
         """Frees the rows of finished requests; the events, one per request with news, in order."""

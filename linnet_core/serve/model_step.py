@@ -10,6 +10,8 @@ a one-token prefill, so no row ever writes past max_positions, whatever the engi
 
 from __future__ import annotations
 
+from typing import Callable
+
 import numpy as np
 
 from linnet_core.engine import Chunk, Draws, Engine, prefill_batch, prefill_batch_logits
@@ -43,6 +45,8 @@ class ModelStep:
         self.samples_on_device = samples_on_device(engine)
         # decoding rows ride in a step's prefill call (the engine batches one-token chunks: engine.py)
         self.decodes_in_prefill = bool(getattr(engine, "decodes_in_prefill_batch", False))
+        # the host prepares step k + 1 while the device runs step k, on a GPU (OverlappingEngine in engine.py)
+        self.overlaps = bool(getattr(engine, "overlaps_steps", False)) and callable(getattr(engine, "start_step", None))
         self.positions = np.zeros(self.rows, dtype=np.int64)  # [rows] host mirror of each row's position
         self.last_tokens = np.zeros(self.rows, dtype=np.int64)  # [rows] the token each row feeds at the next step
 
@@ -99,6 +103,22 @@ class ModelStep:
         assert tokens.shape == (self.rows,), f"the engine's step returned shape {tokens.shape}, not ({self.rows},)"
         self.positions += 1
         self.last_tokens = tokens
+        return tokens
+
+    def start_decode(self) -> Callable[[], np.ndarray]:
+        """decode() for greedy rows without waiting for the device: launches the step and returns a function that
+        waits for its new token ids, int [rows]. Until then the host's last tokens are the step before's, so a
+        prefill with riders, a sampled step or another wait must come after it (ServeEngine keeps that order)."""
+        self.park_exhausted_rows()
+        wait = self.engine.start_step()
+        self.positions += 1
+
+        def tokens() -> np.ndarray:
+            new = np.asarray(wait(), dtype=np.int64)
+            assert new.shape == (self.rows,), f"the engine's step returned shape {new.shape}, not ({self.rows},)"
+            self.last_tokens = new
+            return new
+
         return tokens
 
     def park_exhausted_rows(self) -> None:

@@ -180,7 +180,7 @@ class ServeEngine:
             with self._lock:
                 idle = not self.scheduler.has_work and not self._cancels
             if idle and self._pending is not None:  # a last step launched for requests that have all finished
-                self._wait_pending()  # no tokens to hand out; the host's mirror of last tokens catches up
+                self._take_pending({}, {})  # no tokens to hand out; the host's mirror of last tokens catches up
                 continue
             if idle:
                 self._wake.wait()
@@ -217,9 +217,8 @@ class ServeEngine:
             self._apply_cancels(finished)
             self.scheduler.admit()
             chunks = self.scheduler.prefill_chunks()
-        if chunks and self._pending is not None:  # the prefill call reads what the launched step made
-            for request, new in self._wait_pending():
-                self._append(request, new, tokens, finished)
+        if chunks:  # the prefill call reads what a launched step made
+            self._take_pending(tokens, finished)
         start = time.perf_counter()
         riders = self.scheduler.decoding() if chunks and self.model.decodes_in_prefill else []
         firsts, ridden = self.model.prefill(chunks, riders)  # one engine call for all of them
@@ -253,8 +252,7 @@ class ServeEngine:
             events = self.finish_pending()  # while the device runs the step just launched
             self._pending = launched
             return events
-        for request, new in self._wait_pending():  # a sampled step feeds the tokens the step before made
-            self._append(request, new, tokens, finished)
+        self._take_pending(tokens, finished)  # a sampled step feeds the tokens the step before made
         decoding = [r for r in decoding if r.status is Status.DECODING]
         if decoding:
             sampling = [r for r in decoding if not r.params.greedy]
@@ -272,16 +270,15 @@ class ServeEngine:
         """The events of the launched decode step, after waiting for its tokens; none if there is none."""
         tokens: dict[str, list[int]] = defaultdict(list)
         finished: dict[str, str] = {}
-        for request, new in self._wait_pending():
-            self._append(request, new, tokens, finished)
+        self._take_pending(tokens, finished)
         return self._events(tokens, finished)
 
-    def _wait_pending(self) -> list[tuple[Request, int]]:
-        """Waits for the launched decode step: (request, its new token) for each request still decoding (one that
-        finished or was cancelled since the launch gets none), counted in the decode figures."""
+    def _take_pending(self, tokens: dict, finished: dict) -> None:
+        """Waits for the launched decode step, if any, and appends its token to each request still decoding (one
+        that finished or was cancelled since the launch gets none); counted in the decode figures."""
         pending, self._pending = self._pending, None
         if pending is None:
-            return []
+            return
         start = time.perf_counter()
         new = pending.tokens()
         decode_s = pending.launch_s + time.perf_counter() - start
@@ -289,7 +286,8 @@ class ServeEngine:
         self.times = replace(self.times, decode_steps=self.times.decode_steps + 1,
                              decode_tokens=self.times.decode_tokens + len(live),
                              decode_s=self.times.decode_s + decode_s)  # fmt: skip
-        return [(r, int(new[r.row])) for r in live]
+        for request in live:
+            self._append(request, int(new[request.row]), tokens, finished)
 
     def _events(self, tokens: dict[str, list[int]], finished: dict[str, str]) -> list[Event]:
         """Frees the rows of finished requests; the events, one per request with news, in order."""

@@ -5,6 +5,7 @@ A crash exits non-zero with its traceback on stderr, which the parent turns into
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import json
 import sys
@@ -66,14 +67,24 @@ def run_runner(spec, work: Path) -> dict:
     try:
         out = measures()[spec.kind if spec.kind == "serving" else spec.mode](runner, spec, progress)
     except RowRefused as e:  # not a crash: the runner says why its row must not be published
+        close_after_failure(runner)
         return {"status": "failed", "reason": str(e), "notes": runner.notes}
-    finally:
-        runner.close()
+    except BaseException:
+        close_after_failure(runner)
+        raise
+    runner.close()
     logits = out.pop("logits")
     if logits is not None:  # the truth's in float64: an f32 row is ~1e-5 from it
         np.save(work / "logits.npy", np.asarray(logits, np.float64 if spec.mode == "truth" else np.float32))
     return {"status": "ok", **out, "metrics": {**out["metrics"], **runner.metrics}, "notes": runner.notes,
             "has_logits": logits is not None}  # fmt: skip
+
+
+def close_after_failure(runner) -> None:
+    """Closes a runner whose work failed, perhaps half loaded: the first failure is the row's reason, so an error in
+    close() (a resource load never made) must not take its place in the stderr tail the row reports."""
+    with contextlib.suppress(Exception):
+        runner.close()
 
 
 if __name__ == "__main__":

@@ -5,6 +5,7 @@ result handlers. Greedy, EOS ignored."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import itertools
 
 import torch
@@ -19,6 +20,8 @@ from runners._torch import cuda_unavailable, torch_dtype
 
 PAGE_SIZE = 256  # tokens per cache page (transformers' default)
 MAX_BATCH_TOKENS = 2048  # tokens per forward pass: linnet.serve's prefill budget, so both batch alike
+# The page's keyword: 5.17 (the GPU image's) names it block_size, later releases page_size (block_size deprecated)
+PAGE_KEYWORD = next(f.name for f in dataclasses.fields(ContinuousBatchingConfig) if f.name in ("page_size", "block_size"))
 
 
 class Runner(base.ServingRunner):
@@ -39,7 +42,7 @@ class Runner(base.ServingRunner):
         batching = ContinuousBatchingConfig(
             max_requests_per_batch=self.rows,
             num_blocks=self.rows * -(-self.max_positions // PAGE_SIZE),
-            page_size=PAGE_SIZE,
+            **{PAGE_KEYWORD: PAGE_SIZE},
             max_batch_tokens=MAX_BATCH_TOKENS,
             allow_block_sharing=False,  # the prompts share no prefixes
         )
@@ -70,4 +73,5 @@ class Runner(base.ServingRunner):
                 return
 
     def close(self):
-        self.manager.stop(block=True, timeout=10)
+        if manager := getattr(self, "manager", None):  # None when load failed before making it
+            manager.stop(block=True, timeout=10)

@@ -96,3 +96,13 @@ class CrashWhenOnlyTimed(Counting):
             raise RuntimeError("planted crash when only timed")
         super().load()
 
+
+
+class HalfLoaded(Counting):
+    """Fails in load before it holds what close() releases: close() then fails too, as a real runner's would."""
+
+    def load(self):
+        raise RuntimeError("planted crash in load")
+
+    def close(self):
+        self.manager.stop()  # never made: AttributeError

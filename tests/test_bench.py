@@ -125,6 +125,7 @@ def test_the_result_file_records_the_run(transformers_run):
 def test_misbehaving_runners_become_rows_and_the_run_goes_on(tiny, tmp_path):
     runners = [
         fake("crash", "Crash"),
+        fake("half-loaded", "HalfLoaded"),
         fake("hang", "Hang"),
         fake("unavailable", "Unavailable"),
         fake("missing", "Counting", "tests.fake_package_runner"),
@@ -135,6 +136,8 @@ def test_misbehaving_runners_become_rows_and_the_run_goes_on(tiny, tmp_path):
     rows = {r.runner: r for r in result.rows}
     assert [r.runner for r in result.rows] == [r.id for r in runners]
     assert rows["crash"].status == "failed" and "planted crash in prefill" in rows["crash"].reason
+    half = rows["half-loaded"]  # its close() fails too, and must not hide why the row failed
+    assert half.status == "failed" and "planted crash in load" in half.reason and "AttributeError" not in half.reason
     assert rows["hang"].status == "failed" and rows["hang"].reason.startswith("timed out after 20 s")
     assert rows["unavailable"].status == "skipped" and rows["unavailable"].reason == "needs a planted accelerator"
     assert rows["missing"].status == "skipped" and rows["missing"].reason == "linnet_missing_stack_package is not installed"

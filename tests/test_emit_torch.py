@@ -469,6 +469,12 @@ def test_compiled_blocks_compile_each_kind_of_block_once_for_all_layers(module, 
     assert [first, *tokens[:, 0].tolist()] == [reference.prefill(probe), *reference.decode(NEW - 1)]
     assert module.LAYERS > 1 and not counters["graph_break"]
     assert counters["stats"]["unique_graphs"] == 2 * len(module.BLOCKS)
+    # linnet.serve's batched prefill (linnet serve --mode inductor on a GPU) stays eager: its layout changes every call
+    batched = engine(module, tiny_checkpoint, rows=3)
+    module.compile_blocks(batched.model)
+    for chunks in ([(0, probe[:9], 0), (2, probe[:30], 0)], [(1, probe[:5], 0), (0, probe[9:10], 9), (2, probe[30:38], 30)]):
+        assert batched.prefill_batch(chunks).tolist() == [reference.prefill(probe[: start + len(t)]) for _, t, start in chunks]
+    assert counters["stats"]["unique_graphs"] == 2 * len(module.BLOCKS) and not counters["graph_break"]
 
 
 def test_the_inductor_rows_trials_share_its_compile_cache(tiny, tiny_checkpoint, tmp_path, monkeypatch):

@@ -10,11 +10,13 @@
 # Rows whose stack the image lacks (vLLM, TensorRT, llama.cpp, KerasHub) are left out. Under the budget the rows run
 # round robin in the order below, the most wanted first: each gets its first trial before any gets its second, no
 # trial starts once the budget is spent, and a child still running then is cut (harness/bench.py Budget).
+# Then the tests that need a GPU run for at most a minute (GPU_SUITE_TEST_SECONDS; 0 leaves them out): ~7 minutes in all.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export PYTHONUNBUFFERED=1 COLUMNS=${COLUMNS:-160}  # the log is no terminal: rich would wrap at 80
 PYTHON=${PYTHON:-python3}
 MODEL=qwen2.5-0.5b-instruct DEVICE=cuda DTYPE=bf16 PROFILE=default TRIALS=2 RUNS=3 BUDGET=${GPU_SUITE_BUDGET:-330}
+TEST_SECONDS=${GPU_SUITE_TEST_SECONDS:-60}
 if [[ ${1:-} == --dry-run ]]; then
   shift
   MODEL=qwen2-tiny DEVICE=cpu DTYPE=f32 PROFILE=quick TRIALS=1 RUNS=2 BUDGET=${GPU_SUITE_BUDGET:-600}
@@ -35,5 +37,12 @@ fi
   --budget "$BUDGET" --timeout 240 --out "$OUT/results" "${args[@]}" "$@" 2>&1 | tee "$OUT/suite.log"
 status=${PIPESTATUS[0]}
 cp "$OUT"/results/*/*.json "$OUT"/ 2>/dev/null
+# Then, with the result file safe in $OUT, the tests only a GPU runs (named "on_a_gpu": CUDA graphs and compiled
+# blocks against eager, the serving loop overlapping real asynchronous steps), for at most TEST_SECONDS; in the dry
+# run they are collected and skipped, so that a missing import shows here. Their outcome is not the suite's status.
+if (( TEST_SECONDS > 0 )); then
+  timeout "$TEST_SECONDS" "$PYTHON" -m pytest -v -p no:cacheprovider -k on_a_gpu tests/test_emit_torch.py \
+    tests/test_serve_backends.py 2>&1 | tee "$OUT/gpu-tests.log" | grep -E "PASSED|FAILED|SKIPPED|ERROR|passed|failed|skipped|error"
+fi
 ls -l "$OUT"
 exit "$status"

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -49,6 +50,8 @@ def test_the_suites_command_line_runs_in_dry_mode_without_plotly(tmp_path, witho
         if row.truth_ratio is not None:
             assert row.truth_ratio <= 10, (row.runner, row.truth_ratio)
     assert rows["transformers"].truth_ratio == 1.0 and rows["linnet-jax"].truth_ratio is not None
+    tests = (tmp_path / "out" / "gpu-tests.log").read_text()  # the GPU's own tests: collected, and skipped here
+    assert "needs a GPU" in tests and " skipped" in tests and not re.search(r"\b(ERROR|FAILED|failed|error)\b", tests), tests
 
 
 def test_run_imports_no_site_package(tmp_path, without_plotly):

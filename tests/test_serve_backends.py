@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from linnet_core import devices
 from linnet_core.engine import Chunk, prefill_batch, prefill_batch_logits
 from linnet_core.serve.backends import BACKENDS, EngineSpec, make_engine, unavailable
 from linnet_core.serve.config import ServeConfig
@@ -216,17 +217,40 @@ def serve_through_the_loop(engine, name, prompts_and_lengths, eos):
 
 def test_the_loop_overlapping_steps_serves_the_tokens_of_the_loop_waiting_for_each(built):
     """Where the engine starts a step without waiting (start_step, on a GPU: forced here), the loop launches decode
-    step k + 1 before it hands out step k's tokens; requests that end by EOS or length in the middle of that get the same tokens and
-    reasons as when each step is waited for, and the rows come back."""
+    step k + 1 before it hands out step k's tokens; requests that end by EOS or length in the middle of that get the
+    same tokens and reasons as when each step is waited for, and the rows come back."""
     name, b = built
     if not callable(getattr(b.engine, "start_step", None)):
         pytest.skip(f"the {name} engine waits for each step")
     assert not b.engine.overlaps_steps  # on a CPU the loop waits for each step: a lag would only delay its events
+    check_overlapping_serves_as_waiting(b.engine, name)
+
+
+@pytest.mark.parametrize("backend", ["torch", "xla"])
+def test_the_loop_overlapping_steps_serves_the_tokens_of_the_loop_waiting_for_each_on_a_gpu(backend, tiny_checkpoint,
+                                                                                           tmp_path):  # fmt: skip
+    """The same on a GPU, where the engines overlap on their own: the torch engine's start_step copies the tokens to
+    pinned memory behind an event, after a CUDA-graph replay; JAX's returns before XLA has run the step."""
+    reason = unavailable(backend) or (devices.jax_missing("cuda") if backend == "xla" else cuda_missing())
+    if reason:
+        pytest.skip(reason)
+    b = make_engine(backend, EngineSpec(tiny_checkpoint, ROWS, POSITIONS, device="cuda", work_dir=tmp_path))
+    assert b.engine.overlaps_steps
+    check_overlapping_serves_as_waiting(b.engine, backend)
+
+
+def cuda_missing() -> str | None:
+    import torch
+
+    return None if torch.cuda.is_available() else "needs a GPU torch can use"
+
+
+def check_overlapping_serves_as_waiting(engine, name) -> None:
     work = [(p, n) for p, n in zip(prompts(7, seed=21, low=5, high=30), (9, 3, 12, 6, 1, 10, 7))]
-    waited, _ = serve_through_the_loop(WaitsForEachStep(b.engine), name, work, eos=None)
+    waited, _ = serve_through_the_loop(WaitsForEachStep(engine), name, work, eos=None)
     eos = waited[0][0][2]  # a token the first request makes third: with it as EOS, some requests stop early
-    waited, _ = serve_through_the_loop(WaitsForEachStep(b.engine), name, work, eos)
-    log = OverlapLog(b.engine)
+    waited, _ = serve_through_the_loop(WaitsForEachStep(engine), name, work, eos)
+    log = OverlapLog(engine)
     overlapped, serve = serve_through_the_loop(log, name, work, eos)
     assert overlapped == waited
     assert "stop" in {reason for _, reason in waited} and "length" in {reason for _, reason in waited}

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The GPU image's Python packages on this CPU, to catch what a version difference breaks before the GPU window does:
 # builds .venv-gpu-image/ (ignored by git; about 6 GB, most of it torch's CUDA libraries) with the image's releases
-# where the registry has them, and without what the image lacks (plotly, fastapi, uvicorn, openai), then runs the
-# suite's dry run in it with plotly unimportable.
+# where the registry has them, and nothing the image lacks (plotly, fastapi, uvicorn, openai are not installed),
+# then runs the suite's dry run in it with plotly unimportable.
 #
 #   bash scripts/gpu-image-twin.sh              build (once) and run the dry run
 #   bash scripts/gpu-image-twin.sh pytest ARGS  run tests in the twin instead (the GPU paths that run on a CPU)
@@ -19,7 +19,6 @@ IMAGE=(torch==2.11.0 transformers==5.17.0 huggingface-hub==1.33.0 tokenizers==0.
 if [[ ! -e $TWIN/.complete ]]; then  # an install cut short is resumed, not reused
   python3 -m venv "$TWIN"
   "$TWIN/bin/python" -m pip install -q "${IMAGE[@]}" $(grep -v '^#' scripts/gpu-wheels.txt)
-  "$TWIN/bin/python" -m pip uninstall -q -y plotly fastapi uvicorn openai 2>/dev/null || true  # not on the image
   touch "$TWIN/.complete"
 fi
 blocked=$(mktemp -d)

@@ -97,7 +97,6 @@ class CrashWhenOnlyTimed(Counting):
         super().load()
 
 
-
 class HalfLoaded(Counting):
     """Fails in load before it holds what close() releases: close() then fails too, as a real runner's would."""
 

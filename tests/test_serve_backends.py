@@ -231,18 +231,15 @@ def test_the_loop_overlapping_steps_serves_the_tokens_of_the_loop_waiting_for_ea
                                                                                            tmp_path):  # fmt: skip
     """The same on a GPU, where the engines overlap on their own: the torch engine's start_step copies the tokens to
     pinned memory behind an event, after a CUDA-graph replay; JAX's returns before XLA has run the step."""
-    reason = unavailable(backend) or (devices.jax_missing("cuda") if backend == "xla" else cuda_missing())
+    from runners._torch import cuda_unavailable
+
+    spec = EngineSpec(tiny_checkpoint, ROWS, POSITIONS, device="cuda", work_dir=tmp_path)
+    reason = unavailable(backend) or (devices.jax_missing(spec.device) if backend == "xla" else cuda_unavailable(spec))
     if reason:
         pytest.skip(reason)
-    b = make_engine(backend, EngineSpec(tiny_checkpoint, ROWS, POSITIONS, device="cuda", work_dir=tmp_path))
+    b = make_engine(backend, spec)
     assert b.engine.overlaps_steps
     check_overlapping_serves_as_waiting(b.engine, backend)
-
-
-def cuda_missing() -> str | None:
-    import torch
-
-    return None if torch.cuda.is_available() else "needs a GPU torch can use"
 
 
 def check_overlapping_serves_as_waiting(engine, name) -> None:

@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 import torch
 from safetensors.torch import load_file
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from harness.registry import get_model
 from harness.workload import probe_ids, prompt_ids
@@ -169,6 +170,43 @@ def test_a_replayed_block_gives_the_tokens_of_steps(module, tiny_checkpoint, tin
     assert stepped.prefill(0, probe) == graphed.prefill(0, probe)
     assert graphed.generate(10)[:, 0].tolist() == [int(stepped.step()[0]) for _ in range(10)]
     assert graphed.generate(4)[:, 0].tolist() == [int(stepped.step()[0]) for _ in range(4)]
+
+
+class ComputeOps(TorchDispatchMode):
+    """Counts the ops that compute: on a GPU, eagerly, each is a kernel launch. A view, or a cast to the dtype a
+    tensor has, returns its input's storage and launches nothing."""
+
+    def __init__(self):
+        super().__init__()
+        self.count = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        inputs = {a.untyped_storage().data_ptr() for a in args if isinstance(a, torch.Tensor)}
+        outputs = {o.untyped_storage().data_ptr() for o in (out if isinstance(out, (list, tuple)) else [out])}
+        self.count += not (func.is_view and outputs <= inputs)
+        return out
+
+
+def test_the_step_a_gpu_replays_norms_in_one_kernel_closer_to_the_truth(module, tiny_checkpoint, tiny, monkeypatch):
+    """A CUDA graph replays the eager decode step's kernels one by one, so their number bounds linnet-cudagraphs'
+    speed. With the norms a GPU runs fused (here on the CPU: FUSED_NORM_ON_CPU), a bf16 step is at most 17
+    computing ops per layer (each norm by hand is eight), and its logits are no farther from f32's than the form
+    by hand's, which rounds twice."""
+    probe = probe_ids(tiny.first_special_token, 0, length=40)
+    f32 = engine(module, tiny_checkpoint).score(probe, 24)
+    ops, logits = {}, {}
+    for fused in (False, True):
+        monkeypatch.setattr(module, "FUSED_NORM_ON_CPU", fused)
+        eng = engine(module, tiny_checkpoint, dtype="bf16")
+        logits[fused] = eng.score(probe, 24)
+        with torch.inference_mode(), ComputeOps() as counted:
+            eng.decode_step(eng.max_positions)
+        ops[fused] = counted.count
+    layers = module.LAYERS
+    assert ops[True] <= 17 * layers + 12 and ops[False] - ops[True] == 7 * (2 * layers + 1), ops
+    fused, by_hand = (np.abs(logits[f] - f32).max() for f in (True, False))
+    assert 0 < fused <= by_hand, (fused, by_hand)
 
 
 def test_a_prefill_padded_to_its_bucket_gives_the_same_logits(module, tiny_checkpoint, tiny):

@@ -448,7 +448,8 @@ def allocations(code: str) -> list[int]:
 def test_inductor_compiles_each_graph_once_and_writes_the_cache_in_place(module, tiny_checkpoint, reference, tiny,
                                                                           monkeypatch):  # fmt: skip
     """The decode step compiles once, without graph breaks, and neither other positions, step(), score() nor
-    another prompt length compile again (the prefill's length is dynamic); the compiled step allocates nothing
+    another prompt length compile again (the prefill's length is dynamic); in the prefill's code each block is its
+    kind's compile region, written once and called at every layer; the compiled step allocates nothing
     the size of a layer's cache (around an index_copy_ into a view of it, inductor copied the cache every step);
     generate() gives transformers' greedy tokens.
 
@@ -469,13 +470,15 @@ def test_inductor_compiles_each_graph_once_and_writes_the_cache_in_place(module,
         eng = engine(module, tiny_checkpoint, mode="inductor")
         first = eng.prefill(0, probe)
         tokens = eng.generate(NEW - 1)
-        [_prefill, decode] = codes
+        [prefill, decode] = codes
         eng.prefill(0, probe[:30])
         eng.step()
         eng.generate(5)
         eng.score(probe, 24)
     assert [first, *tokens[:, 0].tolist()] == [reference.prefill(probe), *reference.decode(NEW - 1)]
     assert counters["stats"]["unique_graphs"] == 2 and not counters["graph_break"]
+    regions = re.findall(r"# subgraph: (\w+)", prefill)
+    assert len(regions) == module.LAYERS and len(set(regions)) == 1, regions
     layer_cache = eng.max_positions * module.KV_HEADS * module.HEAD_DIM
     sizes = allocations(decode)
     assert sizes and max(sizes) < layer_cache, (max(sizes), layer_cache)

@@ -7,6 +7,7 @@ import asyncio
 import os
 import subprocess
 import sys
+import threading
 
 import numpy as np
 import pytest
@@ -96,6 +97,31 @@ def test_the_model_time_is_accounted_by_phase(engine):
     # every step the test ran is one loop step, its wall time holding the model's calls and the host's work besides
     assert times.loop_steps >= times.decode_steps and times.loop_s > times.prefill_s + times.decode_s
     assert 0 < times.host_s == pytest.approx(times.loop_s - times.prefill_s - times.decode_s)
+
+
+def test_a_listener_reads_whole_steps_whose_model_time_fits_in_the_loop_s(engine):
+    # a client's last token reaches it inside the step that made it; what it reads then (a runner's timed-run
+    # figures) holds the steps before, whole: the model's time never exceeds the loop's, and the host's is positive
+    serve = serve_engine(engine, prefill_chunk=8, prefill_budget=16)
+    requests = [Request(p, GREEDY) for p in prompts(4, seed=7, low=3, high=8)]  # the first step ends a prompt
+    seen, done = [], threading.Event()
+
+    def listen(events):
+        seen.append(serve.times)
+        if all(r.status is Status.FINISHED for r in requests):
+            done.set()
+
+    for r in requests:
+        serve.submit(r)
+    serve.start(listen)
+    try:
+        assert done.wait(120)
+    finally:
+        serve.stop()
+    assert len(seen) > 1 and seen[0].loop_steps == 0  # the first step's events came before any step had ended
+    assert all(times.prefill_s + times.decode_s <= times.loop_s for times in seen)
+    assert seen[-1].loop_steps > 0 and seen[-1].host_s > 0
+    assert serve.times.decode_tokens == len(requests) * (GREEDY.max_tokens - 1)  # every step landed once it ended
 
 
 def test_events_stream_every_token_once_and_end_with_the_reason(engine):

@@ -43,12 +43,11 @@ Listener = Callable[[list[Event]], None]
 
 @dataclass
 class PendingStep:
-    """A decode step launched and not yet waited for: the wait for its tokens, the requests that were decoding when
-    it started, and the seconds its launch took."""
+    """A decode step launched and not yet waited for: the wait for its tokens and the requests that were decoding
+    when it started."""
 
     tokens: Callable[[], np.ndarray]
     decoding: list[Request]
-    launch_s: float
 
 
 class EngineFailed(Exception):
@@ -76,6 +75,9 @@ class StepTimes:
     def host_s(self) -> float:
         """The loop's time outside the model's calls."""
         return max(0.0, self.loop_s - self.prefill_s - self.decode_s)
+
+    def __add__(self, other: "StepTimes") -> "StepTimes":
+        return StepTimes(*(a + b for a, b in zip(astuple(self), astuple(other))))
 
     def __sub__(self, earlier: "StepTimes") -> "StepTimes":
         return StepTimes(*(a - b for a, b in zip(astuple(self), astuple(earlier))))
@@ -111,7 +113,8 @@ class ServeEngine:
         self.config, self.eos_token_id, self.name = config, eos_token_id, name
         self.scheduler = Scheduler(config)
         self.model = ModelStep(engine)
-        self.times = StepTimes()  # replaced, never mutated: a reader on another thread sees one consistent value
+        self.times = StepTimes()  # whole steps, replaced, never mutated: another thread reads one consistent value
+        self._step = StepTimes()  # the step in progress (listeners run inside it, before its wall time is known)
         self.failure: str | None = None  # why the model stopped, once it has
         self._lock = threading.Lock()  # guards the scheduler's state shared with submit() and cancel()
         self._cancels: set[str] = set()
@@ -126,8 +129,8 @@ class ServeEngine:
 
     @property
     def steps(self) -> int:
-        """Decode steps run, for /health and tests."""
-        return self.times.decode_steps
+        """Decode steps run, the loop step in progress's included, for /health and tests."""
+        return self.times.decode_steps + self._step.decode_steps
 
     def submit(self, request: Request) -> None:
         """Queues a request; raises UserError (it can never run here) or QueueFull (not now)."""
@@ -180,7 +183,9 @@ class ServeEngine:
             with self._lock:
                 idle = not self.scheduler.has_work and not self._cancels
             if idle and self._pending is not None:  # a last step launched for requests that have all finished
+                started = time.perf_counter()
                 self._take_pending({}, {})  # no tokens to hand out; the host's mirror of last tokens catches up
+                self._count_step(time.perf_counter() - started)
                 continue
             if idle:
                 self._wake.wait()
@@ -207,7 +212,13 @@ class ServeEngine:
         return events
 
     def _count_step(self, seconds: float) -> None:
-        self.times = replace(self.times, loop_steps=self.times.loop_steps + 1, loop_s=self.times.loop_s + seconds)
+        """Adds the step that took these seconds, with the model time it spent, to the engine's times."""
+        self.times = self.times + replace(self._step, loop_steps=1, loop_s=seconds)
+        self._step = StepTimes()
+
+    def _add_time(self, **figures: float) -> None:
+        """Adds figures (StepTimes' fields) to the step in progress."""
+        self._step = replace(self._step, **{name: getattr(self._step, name) + value for name, value in figures.items()})
 
     def prefill_step(self) -> list[Event]:
         """Cancellations, admissions and this step's prefill chunks; the events of requests they ended or started."""
@@ -232,9 +243,7 @@ class ServeEngine:
                 self._append(chunk.request, first, tokens, finished)
         self._decoded = bool(chunks) and self.model.decodes_in_prefill  # this step's decode happened in the call
         if chunks:
-            self.times = replace(self.times, prefill_tokens=self.times.prefill_tokens + sum(len(c.tokens) for c in chunks),
-                                 prefill_s=self.times.prefill_s + prefill_s,
-                                 rider_tokens=self.times.rider_tokens + len(riders))  # fmt: skip
+            self._add_time(prefill_tokens=sum(len(c.tokens) for c in chunks), prefill_s=prefill_s, rider_tokens=len(riders))
         return self._events(tokens, finished)
 
     def decode_step(self) -> list[Event]:
@@ -248,7 +257,8 @@ class ServeEngine:
         if decoding and self.model.overlaps and all(r.params.greedy for r in decoding):
             start = time.perf_counter()
             wait = self.model.start_decode()
-            launched = PendingStep(wait, decoding, time.perf_counter() - start)
+            launched = PendingStep(wait, decoding)
+            self._add_time(decode_s=time.perf_counter() - start)  # the launch; the wait counts where it happens
             events = self.finish_pending()  # while the device runs the step just launched
             self._pending = launched
             return events
@@ -258,10 +268,7 @@ class ServeEngine:
             sampling = [r for r in decoding if not r.params.greedy]
             start = time.perf_counter()
             new = self.model.decode(sampling)
-            decode_s = time.perf_counter() - start
-            self.times = replace(self.times, decode_steps=self.times.decode_steps + 1,
-                                 decode_tokens=self.times.decode_tokens + len(decoding),
-                                 decode_s=self.times.decode_s + decode_s)  # fmt: skip
+            self._add_time(decode_steps=1, decode_tokens=len(decoding), decode_s=time.perf_counter() - start)
             for request in decoding:
                 self._append(request, int(new[request.row]), tokens, finished)
         return self._events(tokens, finished)
@@ -281,11 +288,8 @@ class ServeEngine:
             return
         start = time.perf_counter()
         new = pending.tokens()
-        decode_s = pending.launch_s + time.perf_counter() - start
         live = [r for r in pending.decoding if r.status is Status.DECODING]
-        self.times = replace(self.times, decode_steps=self.times.decode_steps + 1,
-                             decode_tokens=self.times.decode_tokens + len(live),
-                             decode_s=self.times.decode_s + decode_s)  # fmt: skip
+        self._add_time(decode_steps=1, decode_tokens=len(live), decode_s=time.perf_counter() - start)
         for request in live:
             self._append(request, int(new[request.row]), tokens, finished)
 

@@ -4,7 +4,8 @@ safetensors only), with the loader that maps the checkpoint's tensors onto it an
 Each op kind has one small render function returning the line of `forward` it becomes; the module's frame
 (helpers, the Decoder over the blocks, the loader, the Engine) is the template templates/torch_module.py.j2.
 Before rendering, parallel linear ops (q/k/v, gate/up; found and named by linnet_core.fuse) become one matmul over
-their fused weight, and q and k, side by side in the fused output, are rotated by one rope call."""
+their fused weight, q and k, side by side in the fused output, are rotated by one rope call, and a projection that
+only the residual add reads becomes one add_linear (one kernel on a GPU)."""
 
 from __future__ import annotations
 
@@ -85,6 +86,21 @@ def joint_rope(ops: list[Op]) -> list[Op]:
     return out
 
 
+def residual_linears(ops: list[Op]) -> list[Op]:
+    """A linear (one weight, no bias) whose output only the next op reads, an add onto the residual stream, becomes
+    one op that adds the product to the stream (add_linear): on a GPU, one kernel where the two are two."""
+    reads = [v for op in ops for v in op.inputs]
+    out: list[Op] = []
+    for op in ops:
+        last = out[-1] if out else None
+        if (op.kind == "add" and last is not None and last.kind == "linear" and len(last.weights) == 1
+                and "split" not in last.attrs and op.inputs[1] == last.out[0] and reads.count(last.out[0]) == 1):  # fmt: skip
+            out[-1] = Op("linear", op.out, last.inputs, last.weights, op.shape, {**last.attrs, "residual": op.inputs[0]})
+        else:
+            out.append(op)
+    return out
+
+
 # One render function per op kind: op -> the line (or lines) of forward it becomes, without the shape comment.
 
 
@@ -113,6 +129,9 @@ def render_linear(op: Op, function: str = "linear", scaled: bool = False) -> str
     """The one place a linear layer (matmul + optional bias, or several fused) becomes code."""
     weight, *bias = (f"self.{attr(w)}" for w in op.weights)
     args = ", ".join([py(op.inputs[0]), weight, *([f"{weight}_scales"] if scaled else []), *bias])
+    if "residual" in op.attrs:  # added to the residual stream (residual_linears)
+        x = py(op.attrs["residual"])
+        return f"{py(op.out[0])} = " + (f"add_linear({x}, {args})" if function == "linear" else f"{x} + {function}({args})")
     if "split" not in op.attrs:
         return f"{py(op.out[0])} = {function}({args})"
     joint, outs = op.attrs["joint"], ", ".join(py(v) for v in op.out)
@@ -247,8 +266,8 @@ def render_module(decoder: Decoder, checkpoint: Path, options: CompileOptions) -
     block_shapes = {name: w.shape for name, w in decoder.weights_of_layer(0).items()}
     global_shapes = {w.name: w.shape for w in decoder.global_weights}
     block_ops, block_fused = fuse_linears(decoder.block, block_shapes)
-    block_ops = joint_rope(block_ops)
-    kinds = [joint_rope(fuse_linears(ops, block_shapes)[0]) for ops in decoder.blocks()]  # one Block class each
+    block_ops = residual_linears(joint_rope(block_ops))
+    kinds = [residual_linears(joint_rope(fuse_linears(ops, block_shapes)[0])) for ops in decoder.blocks()]  # a Block class each
     prologue_ops, prologue_fused = fuse_linears(decoder.prologue, global_shapes)
     epilogue_ops, epilogue_fused = fuse_linears(decoder.epilogue, global_shapes)
     global_fused = prologue_fused | epilogue_fused

@@ -1,5 +1,6 @@
 # The computing ops of one eager bf16 decode step of a generated module (each is a kernel launch on a GPU, which a
-# CUDA graph replays one by one), with the norms by hand (what a GPU ran before) and fused (what it runs now).
+# CUDA graph replays one by one), in the plain forms a CPU runs and in the forms a GPU runs (GPU_FORMS_ON_CPU: fused
+# norms, projections added into the residual stream; FUSED_NORM_ON_CPU, the norms alone, before 2026-12-05 19:30).
 # Counted on a CPU through the same code: python count_ops.py MODEL (gen.py in ../inductor-first-call writes modules)
 import collections, sys, tempfile
 import torch
@@ -32,11 +33,11 @@ decoder = build_decoder(read_config(checkpoint))
 [path] = write(decoder, checkpoint, tempfile.mkdtemp(), CompileOptions(dtype="bf16", max_positions=640, batch=1))
 module = import_generated(path)
 for fused in (False, True):
-    module.FUSED_NORM_ON_CPU = fused
+    module.GPU_FORMS_ON_CPU = fused
     engine = module.Engine(checkpoint, rows=1, max_positions=640, dtype="bf16")
     engine.prefill(0, list(range(5, 517)))
     with torch.inference_mode(), Ops() as ops:
         engine.decode_step(640)
     total = sum(ops.count.values())
-    print(f"{sys.argv[1]}, {module.LAYERS} layers, norms {'fused' if fused else 'by hand'}: {total} ops "
+    print(f"{sys.argv[1]}, {module.LAYERS} layers, {'GPU forms' if fused else 'plain forms'}: {total} ops "
           f"({(total - 12) / module.LAYERS:.1f} a layer); " + ", ".join(f"{n} {f}" for f, n in ops.count.most_common()))

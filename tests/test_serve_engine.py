@@ -365,6 +365,12 @@ def test_the_loop_thread_runs_the_only_openmp_team():
         assert run.returncode == 0, run.stderr[-2000:]
         return int(run.stdout.split()[-1])
 
-    released, kept = sleeps("release"), sleeps("keep")
-    assert released <= 20, f"the loop's thread slept {released} times in 400 matmuls with one OpenMP team"
-    assert kept >= 5 * max(released, 10), f"two teams: {kept} sleeps, one team: {released} (is this check still needed?)"
+    # how often two teams make the loop's thread sleep varies from run to run (11 to 400 times in 400 matmuls, in
+    # seven runs on a 2-CPU machine): the check means something once a run without the release has shown it
+    kept = []
+    while len(kept) < 5 and max(kept, default=0) < 50:
+        kept.append(sleeps("keep"))
+    if max(kept) < 50:
+        pytest.skip(f"two OpenMP teams made the loop's thread sleep only {kept} times in 400 matmuls here")
+    released = sleeps("release")
+    assert released <= 20, f"after the release the loop's thread slept {released} times in 400 matmuls ({kept} without)"

@@ -10,16 +10,18 @@
 # Rows whose stack the image lacks (vLLM, TensorRT, llama.cpp, KerasHub) are left out. Under the budget the rows run
 # round robin in the order below, the most wanted first: each gets its first trial before any gets its second, no
 # trial starts once the budget is spent, and a child still running then is cut (harness/bench.py Budget).
-# Then the tests that need a GPU run for at most a minute (GPU_SUITE_TEST_SECONDS; 0 leaves them out): ~7 minutes in all.
+# Then the decode step's kernels are listed (at most 45 s, GPU_SUITE_KERNEL_SECONDS) and the tests that need a GPU run
+# (at most a minute, GPU_SUITE_TEST_SECONDS; 0 leaves either out): about 7.5 minutes in all.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export PYTHONUNBUFFERED=1 COLUMNS=${COLUMNS:-160}  # the log is no terminal: rich would wrap at 80
 PYTHON=${PYTHON:-python3}
 MODEL=qwen2.5-0.5b-instruct DEVICE=cuda DTYPE=bf16 PROFILE=default TRIALS=2 RUNS=3 BUDGET=${GPU_SUITE_BUDGET:-330}
-TEST_SECONDS=${GPU_SUITE_TEST_SECONDS:-60}
+STEP_ROWS="1 64"  # the decode step's kernels at linnet-cudagraphs' one row and the serving workload's 64 in flight
+TEST_SECONDS=${GPU_SUITE_TEST_SECONDS:-60} KERNEL_SECONDS=${GPU_SUITE_KERNEL_SECONDS:-45}
 if [[ ${1:-} == --dry-run ]]; then
   shift
-  MODEL=qwen2-tiny DEVICE=cpu DTYPE=f32 PROFILE=quick TRIALS=1 RUNS=2 BUDGET=${GPU_SUITE_BUDGET:-600}
+  MODEL=qwen2-tiny DEVICE=cpu DTYPE=f32 PROFILE=quick TRIALS=1 RUNS=2 BUDGET=${GPU_SUITE_BUDGET:-600} STEP_ROWS="1 4"
 elif compgen -G ".whl/*.whl" >/dev/null; then
   "$PYTHON" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
   export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
@@ -37,9 +39,17 @@ fi
   --budget "$BUDGET" --timeout 240 --out "$OUT/results" "${args[@]}" "$@" 2>&1 | tee "$OUT/suite.log"
 status=${PIPESTATUS[0]}
 cp "$OUT"/results/*/*.json "$OUT"/ 2>/dev/null
-# Then, with the result file safe in $OUT, the tests only a GPU runs (named "on_a_gpu": CUDA graphs and compiled
-# blocks against eager, the serving loop overlapping real asynchronous steps), for at most TEST_SECONDS; in the dry
-# run they are collected and skipped, so that a missing import shows here. Their outcome is not the suite's status.
+# Then, with the result file safe in $OUT, what limits the CUDA-graph rows: the kernels of the decode step they replay
+# (scripts/gpu_step_kernels.py), for at most KERNEL_SECONDS, into $OUT/step-kernels.txt.
+if (( KERNEL_SECONDS > 0 )); then
+  # shellcheck disable=SC2086  # STEP_ROWS is a list of numbers
+  PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" timeout "$KERNEL_SECONDS" "$PYTHON" scripts/gpu_step_kernels.py "$MODEL" \
+    --device "$DEVICE" --dtype "$DTYPE" --rows $STEP_ROWS > "$OUT/step-kernels.txt" 2>&1
+  grep -E "a step,|Error" "$OUT/step-kernels.txt"
+fi
+# Then the tests only a GPU runs (named "on_a_gpu": CUDA graphs and compiled blocks against eager, every attention on
+# a fused kernel, the serving loop overlapping real asynchronous steps), for at most TEST_SECONDS; in the dry run they
+# are collected and skipped, so that a missing import shows here. Neither outcome is the suite's status.
 if (( TEST_SECONDS > 0 )); then
   timeout "$TEST_SECONDS" "$PYTHON" -m pytest -v -p no:cacheprovider -k on_a_gpu tests/test_emit_torch.py \
     tests/test_serve_backends.py 2>&1 | tee "$OUT/gpu-tests.log" | grep -E "PASSED|FAILED|SKIPPED|ERROR|passed|failed|skipped|error"

@@ -17,6 +17,7 @@ from unittest import mock
 import numpy as np
 import pytest
 import torch
+import torch.nn.functional as F
 from safetensors.torch import load_file
 from torch.utils._python_dispatch import TorchDispatchMode
 
@@ -208,6 +209,33 @@ def test_the_step_a_gpu_replays_is_few_kernels_and_closer_to_the_truth(module, t
     gpu, plain = (np.abs(logits[f] - f32).max() for f in (True, False))
     assert 0 < gpu <= plain, (gpu, plain)
     np.testing.assert_allclose(engine(module, tiny_checkpoint).score(probe, 24), f32, atol=1e-5)  # the same sums in f32
+
+
+@pytest.mark.parametrize("T", [1, 5])
+def test_a_gpu_asks_attention_under_a_mask_with_grouped_heads_folded_into_positions(module, monkeypatch, T):
+    """Flash attention takes no mask and torch 2.11's memory-efficient attention no grouped heads, so SDPA given
+    both on a GPU runs its math kernel. There the query heads a kv head serves become its query positions, and
+    SDPA is asked for equal heads (here on a CPU: GPU_FORMS_ON_CPU), with the same result. Unmasked, or on a CPU,
+    it is asked for grouped heads as before."""
+    torch.manual_seed(0)
+    B, heads, kv_heads, W, D = 3, 6, 2, 9, 8
+    q, keys, values = torch.randn(B, heads, T, D), torch.randn(B, kv_heads, W, D), torch.randn(B, kv_heads, W, D)
+    positions = torch.tensor([[4 + t for t in range(T)], [W - T + t for t in range(T)], [t for t in range(T)]])
+    mask = module.causal_mask(positions, W, torch.float32)  # [B, 1, T, W], each row at its own positions
+    expected = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, enable_gqa=True, scale=0.3)
+    asked, sdpa = [], F.scaled_dot_product_attention
+
+    def recorded(q, k, *args, **kwargs):
+        asked.append((q.shape[1], k.shape[1], kwargs.get("enable_gqa", False)))
+        return sdpa(q, k, *args, **kwargs)
+
+    monkeypatch.setattr(module.F, "scaled_dot_product_attention", recorded)
+    for gpu_forms in (False, True):
+        monkeypatch.setattr(module, "GPU_FORMS_ON_CPU", gpu_forms)
+        got = module.grouped_attention(q, keys, values, mask, scale=0.3)
+        torch.testing.assert_close(got, expected, rtol=0, atol=1e-6)
+    module.grouped_attention(q, keys, values, None, T > 1)  # unmasked: grouped heads, with the GPU forms too
+    assert asked == [(heads, kv_heads, True), (kv_heads, kv_heads, False), (heads, kv_heads, True)]
 
 
 def test_a_prefill_padded_to_its_bucket_gives_the_same_logits(module, tiny_checkpoint, tiny):
@@ -436,6 +464,22 @@ def test_captured_blocks_and_prefill_graphs_give_the_eager_tokens_on_a_gpu(modul
         assert graphed.prefill(0, probe) == eager.prefill(0, probe)
         assert graphed.generate(10).tolist() == [eager.step().tolist() for _ in range(10)]
     assert list(graphed.prefill_graphs) == [64]
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
+def test_attention_runs_fused_kernels_not_the_math_one_on_a_gpu(module, tiny_checkpoint, tiny):
+    """In 16-bit on a GPU every attention the engine asks for has a fused kernel: a prompt from position 0 (causal,
+    flash attention), a chunk continuing it and a decode step (masked: memory-efficient attention, heads folded),
+    a batch of chunks with decode steps riding along. With the math kernel excluded, SDPA raises where it needs it."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    probe = probe_ids(tiny.first_special_token, 0, length=40)
+    eng = engine(module, tiny_checkpoint, device="cuda", dtype="bf16", rows=3)
+    with sdpa_kernel([SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.CUDNN_ATTENTION]):
+        eng.prefill(0, probe[:24])
+        eng.prefill(0, probe[24:], start=24)
+        token = int(eng.step()[0])
+        eng.prefill_batch([(1, probe[:7], 0), (2, probe[:30], 0), (0, [token], 41)])
 
 
 def allocations(code: str) -> list[int]:

@@ -10,7 +10,7 @@
 # Rows whose stack the image lacks (vLLM, TensorRT, llama.cpp, KerasHub) are left out. Under the budget the rows run
 # round robin in the order below, the most wanted first: each gets its first trial before any gets its second, no
 # trial starts once the budget is spent, and a child still running then is cut (harness/bench.py Budget).
-# Then the decode step's kernels are listed (at most 45 s, GPU_SUITE_KERNEL_SECONDS) and the tests that need a GPU run
+# Then the steps' kernels are listed (at most 45 s, GPU_SUITE_KERNEL_SECONDS) and the tests that need a GPU run
 # (at most a minute, GPU_SUITE_TEST_SECONDS; 0 leaves either out): about 7.5 minutes in all.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -40,12 +40,12 @@ fi
 status=${PIPESTATUS[0]}
 cp "$OUT"/results/*/*.json "$OUT"/ 2>/dev/null
 # Then, with the result file safe in $OUT, what limits the CUDA-graph rows: the kernels of the decode step they replay
-# (scripts/gpu_step_kernels.py), for at most KERNEL_SECONDS, into $OUT/step-kernels.txt.
+# and of a serving prefill step (scripts/gpu_step_kernels.py), for at most KERNEL_SECONDS, into $OUT/step-kernels.txt.
 if (( KERNEL_SECONDS > 0 )); then
   # shellcheck disable=SC2086  # STEP_ROWS is a list of numbers
   PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" timeout "$KERNEL_SECONDS" "$PYTHON" scripts/gpu_step_kernels.py "$MODEL" \
     --device "$DEVICE" --dtype "$DTYPE" --rows $STEP_ROWS > "$OUT/step-kernels.txt" 2>&1
-  grep -E "a step,|Error" "$OUT/step-kernels.txt"
+  grep -E "^[0-9]+ row|Error" "$OUT/step-kernels.txt"
 fi
 # Then the tests only a GPU runs (named "on_a_gpu": CUDA graphs and compiled blocks against eager, every attention on
 # a fused kernel, the serving loop overlapping real asynchronous steps), for at most TEST_SECONDS; in the dry run they

@@ -93,3 +93,13 @@ def test_a_budget_that_is_no_number_of_seconds_is_refused(budget, tmp_path):
                          cwd=ROOT, capture_output=True, text=True, timeout=120)  # fmt: skip
     assert out.returncode == 1 and out.stdout.strip().startswith(f"error: --budget {float(budget)}"), out.stdout + out.stderr
     assert not list(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("flags", [["--rows", "0"], ["--prompt", "640"], ["--prompt", "nan"], ["--max-positions", "100"],
+                                   ["--rows", "1e9x"]])  # fmt: skip
+def test_the_kernel_listing_refuses_bad_flags_in_one_line(flags):
+    out = subprocess.run([sys.executable, "scripts/gpu_step_kernels.py", "qwen2-tiny", "--device", "cpu", *flags],
+                         cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True,
+                         timeout=300)  # fmt: skip
+    assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr
+    assert out.stderr.strip().splitlines()[-1].startswith("gpu_step_kernels.py: error: "), out.stderr

@@ -66,6 +66,20 @@ class OverlappingEngine(Engine, Protocol):
         ...
 
 
+class RowBucketEngine(Engine, Protocol):
+    """The optional extension with which a decode step covers only the first rows: linnet.serve gives requests the
+    lowest free rows, so at low load and as a workload drains, a step over the smallest bucket that holds every busy
+    row costs less than one over every row (vLLM's CUDA graphs per batch size). Rows outside the step keep their
+    positions and last tokens. The generated PyTorch has it (a CUDA graph per bucket on a GPU)."""
+
+    step_row_buckets: tuple[int, ...]  # the row counts a step may cover, ascending; the last is `rows`
+
+    def step(self, rows: int | None = None) -> np.ndarray:
+        """step() over the first `rows` rows (one of step_row_buckets; None: all): their new token ids, int [rows].
+        start_step(rows) and step_sampled(tokens, draws, rows), where the engine has them, take it too."""
+        ...
+
+
 class Draws(NamedTuple):
     """The sampled choices of one engine call, for the engines that sample on the device (DeviceSamplingEngine):
     which of the call's outputs (rows of a step, chunks of a batched prefill) sample, each with its temperature,

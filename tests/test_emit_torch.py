@@ -129,7 +129,7 @@ def test_the_static_window_step_the_cuda_graph_runs_matches(module, tiny_checkpo
     probe = probe_ids(tiny.first_special_token, 0, length=40)
     windowed = engine(module, tiny_checkpoint)
     static = engine(module, tiny_checkpoint)
-    static.decode = lambda window: static.decode_step(static.max_positions)
+    static.decode = lambda window, n: static.decode_step(static.max_positions, rows=n)
     # attending over masked-out keys too only changes the softmax's summation order
     np.testing.assert_allclose(static.score(probe, 24), windowed.score(probe, 24), atol=3e-5)
     assert generate(static, 0, probe) == generate(windowed, 0, probe)
@@ -164,7 +164,7 @@ def test_a_replayed_block_gives_the_tokens_of_steps(module, tiny_checkpoint, tin
     probe = probe_ids(tiny.first_special_token, 0, length=40)
     stepped = engine(module, tiny_checkpoint)
     graphed = engine(module, tiny_checkpoint, block_steps=4)
-    graphed.decode = lambda window: graphed.decode_step(graphed.max_positions)
+    graphed.decode = lambda window, n: graphed.decode_step(graphed.max_positions, rows=n)
     graphed.block_tokens = torch.zeros((4, 1), dtype=torch.int64)
     graphed.block_graph = types.SimpleNamespace(replay=lambda: graphed.decode_block(graphed.block_tokens))
     graphed.run_block = graphed.replay_block
@@ -281,6 +281,41 @@ def test_rows_at_different_positions_get_the_tokens_of_single_row_runs(module, t
     assert got[0] == solo[0]
     assert got[1] == solo[1][: len(got[1])] and len(got[1]) == NEW - 3
     assert got[2] == solo[2][: len(got[2])] and len(got[2]) == NEW - 6
+
+
+@pytest.mark.parametrize("window", ["eager", "static"])
+def test_a_step_over_the_first_rows_leaves_the_others_as_they_were(module, tiny_checkpoint, tiny, window):
+    """A step may cover only a bucket of the first rows (linnet.serve's steps while few rows are busy): each row's
+    tokens, taken whenever a step covered it, are its single-row run's, and the rows outside a step wait as they were.
+    Eagerly one row alone attends without a mask (its window is exactly its length), as a one-row engine does; the
+    static window is the step each bucket's CUDA graph captures."""
+    prompts = [prompt_ids(n, tiny.first_special_token, seed) for n, seed in ((30, 1), (17, 2), (45, 3), (9, 4))]
+    solo = [generate(engine(module, tiny_checkpoint), 0, p) for p in prompts]
+    eng = engine(module, tiny_checkpoint, rows=4)
+    if window == "static":
+        eng.decode = lambda window, n: eng.decode_step(eng.max_positions, rows=n)
+    assert eng.step_row_buckets == (1, 2, 4)
+    got = [[eng.prefill(row, p)] for row, p in enumerate(prompts)]
+    for n in (1, 1, 2, 4, 2, 1, 4, 4, 1, 2):
+        tokens = eng.step(n)
+        assert tokens.shape == (n,) and tokens.dtype == np.int64
+        for row in range(n):
+            got[row].append(int(tokens[row]))
+    assert [len(g) for g in got] == [11, 7, 4, 4]
+    assert got == [s[: len(g)] for s, g in zip(solo, got)]
+    for bad in (3, 0, 8, -1, 2.0, True):
+        with pytest.raises(ValueError, match=r"covers one of \[1, 2, 4\] rows"):
+            eng.step(bad)
+    with pytest.raises(ValueError, match=r"a step over 2 rows cannot sample rows \[3\]"):
+        eng.step_sampled(np.zeros(4, dtype=np.int64), module_draws([3]), 2)
+    assert engine(module, tiny_checkpoint).step_row_buckets == (1,)
+    assert module.row_buckets(64) == (1, 2, 4, 8, 16, 32, 64) and module.row_buckets(6) == (1, 2, 4, 6)
+
+
+def module_draws(index):
+    from linnet_core.engine import Draws
+
+    return Draws(index, [1.0] * len(index), [1.0] * len(index), [0.5] * len(index))
 
 
 def test_16_bit_linear_on_a_cpu_multiplies_many_rows_in_f32(module):
@@ -454,6 +489,20 @@ def test_the_cuda_graph_engine_matches_eager_on_a_gpu(module, tiny_checkpoint, t
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
+def test_each_bucket_of_rows_replays_its_own_graph_with_the_eager_tokens_on_a_gpu(module, tiny_checkpoint, tiny):
+    """Under CUDA graphs a step over a bucket of rows replays that bucket's graph; its tokens are eager's."""
+    prompts = [prompt_ids(n, tiny.first_special_token, seed) for n, seed in ((30, 1), (17, 2), (45, 3), (9, 4))]
+    eager = engine(module, tiny_checkpoint, device="cuda", rows=4)
+    graphed = engine(module, tiny_checkpoint, device="cuda", mode="cudagraphs", rows=4)
+    assert sorted(graphed.step_graphs) == [1, 2, 4]
+    for row, p in enumerate(prompts):
+        assert graphed.prefill(row, p) == eager.prefill(row, p)
+    for n in (1, 2, 4, 2, 1, 4):
+        assert graphed.step(n).tolist() == eager.step(n).tolist()
+        assert graphed.start_step(n)().tolist() == eager.step(n).tolist()
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
 @pytest.mark.parametrize("mode", ["cudagraphs", "inductor"])
 def test_captured_blocks_and_prefill_graphs_give_the_eager_tokens_on_a_gpu(module, tiny_checkpoint, tiny, mode):
     """Two replayed blocks of 4 and a tail of 2; the 40-token prompt through its bucket's graph (64), twice."""
@@ -546,7 +595,7 @@ def test_compiled_blocks_compile_each_kind_of_block_once_for_all_layers(module, 
     counters.clear()
     eng = engine(module, tiny_checkpoint)
     module.compile_blocks(eng.model)
-    eng.decode = lambda window: eng.decode_step(eng.max_positions)  # as on a GPU (Engine.__init__)
+    eng.decode = lambda window, n: eng.decode_step(eng.max_positions, rows=n)  # as on a GPU (Engine.__init__)
     eng.prefill_graphs = {}  # a one-row engine on a GPU has these; on a CPU captured_prefill runs as is
     eng.generate(1)  # a GPU engine captures its decode step at load, before any prefill
     eng.reset()

@@ -153,6 +153,39 @@ def test_an_engine_step_prefills_every_request_in_one_call(built):
     assert all(len(r.output) == 4 for r in requests)
 
 
+class StepLog:
+    """An engine as it is, recording the rows each decode step covers (None: every row)."""
+
+    def __init__(self, engine):
+        self.engine, self.covered = engine, []
+
+    def __getattr__(self, name):
+        return getattr(self.engine, name)
+
+    def step(self, rows=None):
+        self.covered.append(rows)
+        return self.engine.step(*(() if rows is None else (rows,)))
+
+
+def test_a_decode_step_covers_the_smallest_bucket_of_rows_in_use(built, case):
+    """Requests take the lowest free rows, and a decode step covers the smallest of the engine's buckets that holds
+    every decoding request's row: three requests step four rows; once the two short ones have ended, the long one
+    steps one row alone. Each gets the tokens transformers generates for it alone."""
+    name, b = built
+    if not hasattr(b.engine, "step_row_buckets"):
+        pytest.skip(f"every {name} engine step covers every row")
+    engine = StepLog(b.engine)
+    serve = ServeEngine(engine, ServeConfig(rows=ROWS, max_positions=POSITIONS, prefill_chunk=16, prefill_budget=64), 1001, name)
+    lengths = (10, 3, 3)
+    requests = [Request(p, SamplingParams(max_tokens=n, ignore_eos=True)) for p, n in zip(prompts(3, seed=7, low=6, high=16), lengths)]
+    for r in requests:
+        serve.submit(r)
+    run_to_end(serve)
+    assert engine.covered == [4, 4, 1, 1, 1, 1, 1, 1, 1]  # the first tokens came from the one prefill call
+    for r, n in zip(requests, lengths):
+        assert r.output == single_request_tokens(case[1], r.prompt, n)
+
+
 class OverlapLog:
     """An engine as it is, recording the order of its decode steps' starts and waits: ("start", k), ("wait", k)."""
 
@@ -164,10 +197,10 @@ class OverlapLog:
     def __getattr__(self, name):
         return getattr(self.engine, name)
 
-    def start_step(self):
+    def start_step(self, *rows):
         k = sum(1 for what, _ in self.order if what == "start")
         self.order.append(("start", k))
-        wait = self.engine.start_step()
+        wait = self.engine.start_step(*rows)
         return lambda: self.order.append(("wait", k)) or wait()
 
 

@@ -256,7 +256,7 @@ class ServeEngine:
         self._decoded = False
         if decoding and self.model.overlaps and all(r.params.greedy for r in decoding):
             start = time.perf_counter()
-            wait = self.model.start_decode()
+            wait = self.model.start_decode(decoding)
             launched = PendingStep(wait, decoding)
             self._add_time(decode_s=time.perf_counter() - start)  # the launch; the wait counts where it happens
             events = self.finish_pending()  # while the device runs the step just launched
@@ -265,9 +265,8 @@ class ServeEngine:
         self._take_pending(tokens, finished)  # a sampled step feeds the tokens the step before made
         decoding = [r for r in decoding if r.status is Status.DECODING]
         if decoding:
-            sampling = [r for r in decoding if not r.params.greedy]
             start = time.perf_counter()
-            new = self.model.decode(sampling)
+            new = self.model.decode(decoding)
             self._add_time(decode_steps=1, decode_tokens=len(decoding), decode_s=time.perf_counter() - start)
             for request in decoding:
                 self._append(request, int(new[request.row]), tokens, finished)

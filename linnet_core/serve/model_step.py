@@ -4,9 +4,12 @@ the engine can (DeviceSamplingEngine in engine.py), else on the host from the st
 batches one-token chunks, the decoding rows ride in the prefill call instead (as one-token chunks): a step with
 prompt work is then one model call.
 
-The engine's decode step advances every row, used or not. Rows nobody uses compute harmlessly, but their
-positions keep growing; a free row that reaches the end of its positions is parked again at position 1 with
-a one-token prefill, so no row ever writes past max_positions, whatever the engine does at its edge."""
+The engine's decode step advances every row, used or not, or, where the engine steps fewer rows
+(`step_row_buckets`, RowBucketEngine in engine.py), the smallest bucket of rows that holds every decoding request's
+row: requests take the lowest free rows (rows.py), so at low load and as a workload drains the idle rows are
+skipped. Rows nobody uses compute harmlessly, but their positions keep growing; a free row that reaches the end of
+its positions is parked again at position 1 with a one-token prefill, so no row ever writes past max_positions,
+whatever the engine does at its edge."""
 
 from __future__ import annotations
 
@@ -47,6 +50,7 @@ class ModelStep:
         self.decodes_in_prefill = bool(getattr(engine, "decodes_in_prefill_batch", False))
         # the host prepares step k + 1 while the device runs step k, on a GPU (OverlappingEngine in engine.py)
         self.overlaps = bool(getattr(engine, "overlaps_steps", False)) and callable(getattr(engine, "start_step", None))
+        self.row_buckets = tuple(getattr(engine, "step_row_buckets", ()))  # () : every step covers every row
         self.positions = np.zeros(self.rows, dtype=np.int64)  # [rows] host mirror of each row's position
         self.last_tokens = np.zeros(self.rows, dtype=np.int64)  # [rows] the token each row feeds at the next step
 
@@ -87,39 +91,52 @@ class ModelStep:
         firsts = [token if chunk.is_last else None for chunk, token in zip(chunks, tokens)]
         return firsts, tokens[len(chunks) :]
 
-    def decode(self, sampling: list[Request]) -> np.ndarray:
-        """One decode step over all rows; int [rows] new token ids. `sampling` are the decoding requests that
-        sample: without them the step is the engine's greedy step and only token ids leave the device."""
-        self.park_exhausted_rows()
-        if not sampling:
-            tokens = np.asarray(self.engine.step(), dtype=np.int64)
-        elif self.samples_on_device:  # only token ids leave the device
-            tokens = np.asarray(self.engine.step_sampled(self.last_tokens, draws([r.row for r in sampling], sampling)), dtype=np.int64)
-        else:
-            logits = self.engine.step_logits(self.last_tokens)  # [rows, vocab]; rows feed the tokens we chose
-            tokens = logits.argmax(axis=-1).astype(np.int64)
-            for request in sampling:
-                tokens[request.row] = sample(logits[request.row], request.params.temperature, request.params.top_p, request.rng)
-        assert tokens.shape == (self.rows,), f"the engine's step returned shape {tokens.shape}, not ({self.rows},)"
-        self.positions += 1
-        self.last_tokens = tokens
-        return tokens
+    def step_rows(self, decoding: list[Request]) -> tuple[int, tuple[int, ...]]:
+        """The rows a decode step for `decoding` covers, and the argument that asks the engine for them: the
+        smallest of the engine's buckets holding every decoding row, or every row (no argument) when it has none."""
+        if not self.row_buckets:
+            return self.rows, ()
+        top = max((r.row for r in decoding), default=0) + 1
+        n = next(b for b in self.row_buckets if b >= top)
+        return n, (n,)
 
-    def start_decode(self) -> Callable[[], np.ndarray]:
-        """decode() for greedy rows without waiting for the device: launches the step and returns a function that
+    def decode(self, decoding: list[Request]) -> np.ndarray:
+        """One decode step over the rows of the `decoding` requests (step_rows); int [rows] new token ids, a row
+        outside the step keeping its last token. Without a request that samples, the step is the engine's greedy
+        step and only token ids leave the device."""
+        self.park_exhausted_rows()
+        n, rows = self.step_rows(decoding)
+        sampling = [r for r in decoding if not r.params.greedy]
+        if not sampling:
+            new = self.engine.step(*rows)
+        elif self.samples_on_device:  # only token ids leave the device
+            new = self.engine.step_sampled(self.last_tokens, draws([r.row for r in sampling], sampling), *rows)
+        else:  # engines that sample on the host step every row
+            n, logits = self.rows, self.engine.step_logits(self.last_tokens)  # [rows, vocab]; rows feed the tokens we chose
+            new = logits.argmax(axis=-1)
+            for request in sampling:
+                new[request.row] = sample(logits[request.row], request.params.temperature, request.params.top_p, request.rng)
+        return self.took_step(n, new)
+
+    def start_decode(self, decoding: list[Request]) -> Callable[[], np.ndarray]:
+        """decode() for greedy requests without waiting for the device: launches the step and returns a function that
         waits for its new token ids, int [rows]. Until then the host's last tokens are the step before's, so a
         prefill with riders, a sampled step or another wait must come after it (ServeEngine keeps that order)."""
         self.park_exhausted_rows()
-        wait = self.engine.start_step()
-        self.positions += 1
+        n, rows = self.step_rows(decoding)
+        wait = self.engine.start_step(*rows)
+        self.positions[:n] += 1
+        return lambda: self.took_step(n, wait(), advanced=True)
 
-        def tokens() -> np.ndarray:
-            new = np.asarray(wait(), dtype=np.int64)
-            assert new.shape == (self.rows,), f"the engine's step returned shape {new.shape}, not ({self.rows},)"
-            self.last_tokens = new
-            return new
-
-        return tokens
+    def took_step(self, n: int, new, advanced: bool = False) -> np.ndarray:
+        """Records a decode step over the first n rows that made tokens `new` [n] (positions advanced already when
+        `advanced`); returns every row's last token, int [rows]."""
+        new = np.asarray(new, dtype=np.int64)
+        assert new.shape == (n,), f"the engine's step returned shape {new.shape}, not ({n},)"
+        if not advanced:
+            self.positions[:n] += 1
+        self.last_tokens = np.concatenate([new, self.last_tokens[n:]])
+        return self.last_tokens
 
     def park_exhausted_rows(self) -> None:
         """A request's row never reaches max_positions (the scheduler checks its length); a free row might."""

@@ -25,14 +25,16 @@ from linnet_core.arch import build_decoder
 from linnet_core.checkpoint import read_config
 from linnet_core.emit_torch import import_generated, write
 from linnet_core.models import resolve
+from linnet_core.serve.backends.torch_backend import SERVE_OPTIONS
 from linnet_core.serve.config import ServeConfig
 from linnet_core.targets import CompileOptions
 
 PROFILED_STEPS = 5
 TIMED_STEPS = 20
-# A serving step's prompt chunks: linnet.serve's default budget (prefill_budget, 2,048 tokens) in prompts of the
-# default workload's lengths (128-512), each from position 0
-CHUNK_LENGTHS = (512, 448, 384, 320, 256, 128)
+# A serving step's prompt chunks (length, start): linnet.serve's default budget (prefill_budget, 2,048 tokens) in the
+# torch backend's chunks (SERVE_OPTIONS: 256 tokens), half of them starting a prompt (plainly causal) and half
+# continuing one (under a mask), as the default workload's prompts of 128-512 tokens come
+CHUNKS = ((256, 0), (256, 256)) * 4
 
 
 def main() -> None:
@@ -45,10 +47,10 @@ def main() -> None:
     parser.add_argument("--max-positions", type=int, default=640)
     parser.add_argument("--top", type=int, default=15, help="kernels listed per step")
     args = parser.parse_args()
-    if not 0 < args.prompt < args.max_positions or min(args.rows) < 1 or args.max_positions < max(CHUNK_LENGTHS):
-        parser.error(f"rows must be at least 1, the prompt shorter than --max-positions, and that {max(CHUNK_LENGTHS)} "
-                     "or more")  # fmt: skip
-    assert sum(CHUNK_LENGTHS) == ServeConfig().prefill_budget
+    longest = max(n + start for n, start in CHUNKS)
+    if not 0 < args.prompt < args.max_positions or min(args.rows) < 1 or args.max_positions < longest:
+        parser.error(f"rows must be at least 1, the prompt shorter than --max-positions, and that {longest} or more")
+    assert sum(n for n, _ in CHUNKS) == ServeConfig().prefill_budget and all(n <= SERVE_OPTIONS["prefill_chunk"] for n, _ in CHUNKS)
     entry, checkpoint = resolve(args.model)
     options = CompileOptions(dtype=args.dtype, max_positions=args.max_positions)
     [path] = write(build_decoder(read_config(checkpoint)), checkpoint, tempfile.mkdtemp(), options)
@@ -64,11 +66,14 @@ def main() -> None:
             engine.prefill(row, prompt)
         report(f"{rows} row(s), a decode step", engine, lambda: engine.decode_step(engine.max_positions), args.top,
                replay=engine.device.type == "cuda")  # fmt: skip
-        if rows > 1:  # a serving step: prompts in the first rows, a decode step in every other
-            prompts = [(row, prompt[:n], 0) for row, n in enumerate(CHUNK_LENGTHS[: rows - 1])]
+        if rows > 1:  # a serving step: prompt chunks in the first rows, a decode step in every other
+            # every row holds the prompt already: a chunk at 256 rewrites what a prompt's second chunk would write
+            prompts = [(row, prompt_ids(n, entry.first_special_token, row), start) for row, (n, start) in enumerate(CHUNKS[: rows - 1])]
             riders = [(row, prompt[-1:], args.prompt) for row in range(len(prompts), rows)]
             tokens = sum(len(chunk) for _, chunk, _ in prompts)
-            label = f"{rows} row(s), a prefill step: {len(prompts)} prompts ({tokens} tokens), {len(riders)} rows decoding"
+            continuing = sum(start > 0 for _, _, start in prompts)
+            label = (f"{rows} row(s), a prefill step: {len(prompts)} chunks ({tokens} tokens, {continuing} continuing a "
+                     f"prompt), {len(riders)} rows decoding")  # fmt: skip
             report(label, engine, lambda: engine.prefill_batch(prompts + riders), args.top)
         del engine
 

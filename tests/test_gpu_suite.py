@@ -53,7 +53,7 @@ def test_the_suites_command_line_runs_in_dry_mode_without_plotly(tmp_path, witho
     kernels = (tmp_path / "out" / "step-kernels.txt").read_text()  # the decode step's ops here (kernels on a GPU)
     steps = re.findall(r"^(\d+) row\(s\), a (decode|prefill) step.*: (\d+) ops, ", kernels, re.M)
     assert [s[:2] for s in steps] == [("1", "decode"), ("4", "decode"), ("4", "prefill")], kernels
-    assert all(int(n) > 20 for *_, n in steps) and "3 prompts (1344 tokens), 1 rows decoding" in kernels, kernels
+    assert all(int(n) > 20 for *_, n in steps) and "3 chunks (768 tokens, 1 continuing a prompt), 1 rows decoding" in kernels, kernels
     assert "aten::scaled_dot_product_attention" in kernels and "Traceback" not in kernels, kernels
     tests = (tmp_path / "out" / "gpu-tests.log").read_text()  # the GPU's own tests: collected, and skipped here
     assert "needs a GPU" in tests and " skipped" in tests and not re.search(r"\b(ERROR|FAILED|failed|error)\b", tests), tests

@@ -238,6 +238,30 @@ def test_a_gpu_asks_attention_under_a_mask_with_grouped_heads_folded_into_positi
     assert asked == [(heads, kv_heads, True), (kv_heads, kv_heads, False), (heads, kv_heads, True)]
 
 
+def test_a_gpu_attends_a_batch_of_chunks_in_one_padded_call(module, tiny_checkpoint, tiny, monkeypatch):
+    """On a GPU a batched prefill's chunks of several tokens attend in one call, each padded to the longest, over the
+    widest window (here on a CPU: GPU_FORMS_ON_CPU): the same logits, tokens and cache as a call per chunk, with
+    SDPA asked twice a layer (the chunks, the one-token chunks) where it was asked once per chunk and once more."""
+    probe = probe_ids(tiny.first_special_token, 0, length=60)
+    # a continued prompt, fresh ones of other lengths, a one-token chunk (a decode step) and a short continuation
+    chunks = [(2, probe[13:31], 13), (3, probe[:7], 0), (0, probe[3:24], 0), (1, [9], 5), (4, probe[40:43], 40)]
+    got, sdpa = {}, F.scaled_dot_product_attention
+    for gpu_forms in (False, True):
+        monkeypatch.setattr(module, "GPU_FORMS_ON_CPU", gpu_forms)
+        eng = engine(module, tiny_checkpoint, rows=5)
+        for row, length in ((2, 13), (1, 5), (4, 40)):
+            eng.prefill(row, probe[:length])
+        calls = []
+        monkeypatch.setattr(module.F, "scaled_dot_product_attention", lambda *a, **k: calls.append(a[0].shape[0]) or sdpa(*a, **k))
+        logits = eng.prefill_batch_logits(chunks)
+        monkeypatch.setattr(module.F, "scaled_dot_product_attention", sdpa)
+        got[gpu_forms] = (logits, logits.argmax(-1).tolist(), eng.generate(4).tolist(), calls)
+    (plain_logits, *plain), (padded_logits, *padded) = got[False], got[True]
+    np.testing.assert_allclose(padded_logits, plain_logits, atol=1e-5)
+    assert padded[:2] == plain[:2]  # the chunks' next tokens, then four steps reading the cache the chunks wrote
+    assert plain[2] == [1, 1, 1, 1, 1] * module.LAYERS and padded[2] == [4, 1] * module.LAYERS, (plain[2], padded[2])
+
+
 def test_a_prefill_padded_to_its_bucket_gives_the_same_logits(module, tiny_checkpoint, tiny):
     """What a prefill graph runs, on a CPU: the prompt padded to its bucket's length, the pad at positions past the
     prompt. Chunks continue it; a prompt whose bucket would pass the cache's end runs unpadded."""

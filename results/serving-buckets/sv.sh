@@ -2,6 +2,7 @@
 # serve-linnet-cudagraphs (on a CPU: linnet.serve on the generated PyTorch, eager) in turns, base (BASE, a worktree)
 # and main (this checkout), ROUNDS rounds of `linnet-bench run --trials 3`, qwen2-tiny, the default serving workload
 BASE=${BASE:-/work/wt-base} MAIN=${MAIN:-/work/main} OUT=${OUT:-/tmp/sv-buckets} ROUNDS=${ROUNDS:-3}
+mkdir -p "$OUT"
 source "$MAIN/.venv/bin/activate"
 for i in $(seq "$ROUNDS"); do
   for side in base main; do

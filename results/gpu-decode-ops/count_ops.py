@@ -28,16 +28,22 @@ class Ops(TorchDispatchMode):
         return out
 
 
-entry, checkpoint = resolve(sys.argv[1])
-decoder = build_decoder(read_config(checkpoint))
-[path] = write(decoder, checkpoint, tempfile.mkdtemp(), CompileOptions(dtype="bf16", max_positions=640, batch=1))
-module = import_generated(path)
-for fused in (False, True):
-    module.GPU_FORMS_ON_CPU = fused
-    engine = module.Engine(checkpoint, rows=1, max_positions=640, dtype="bf16")
-    engine.prefill(0, list(range(5, 517)))
-    with torch.inference_mode(), Ops() as ops:
-        engine.decode_step(640)
-    total = sum(ops.count.values())
-    print(f"{sys.argv[1]}, {module.LAYERS} layers, {'GPU forms' if fused else 'plain forms'}: {total} ops "
-          f"({(total - 12) / module.LAYERS:.1f} a layer); " + ", ".join(f"{n} {f}" for f, n in ops.count.most_common()))
+
+def main() -> None:
+    entry, checkpoint = resolve(sys.argv[1])
+    decoder = build_decoder(read_config(checkpoint))
+    [path] = write(decoder, checkpoint, tempfile.mkdtemp(), CompileOptions(dtype="bf16", max_positions=640, batch=1))
+    module = import_generated(path)
+    for fused in (False, True):
+        module.GPU_FORMS_ON_CPU = fused
+        engine = module.Engine(checkpoint, rows=1, max_positions=640, dtype="bf16")
+        engine.prefill(0, list(range(5, 517)))
+        with torch.inference_mode(), Ops() as ops:
+            engine.decode_step(640)
+        total = sum(ops.count.values())
+        print(f"{sys.argv[1]}, {module.LAYERS} layers, {'GPU forms' if fused else 'plain forms'}: {total} ops "
+              f"({(total - 12) / module.LAYERS:.1f} a layer); " + ", ".join(f"{n} {f}" for f, n in ops.count.most_common()))
+
+
+if __name__ == "__main__":
+    main()

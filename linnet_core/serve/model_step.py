@@ -116,6 +116,7 @@ class ModelStep:
             new = logits.argmax(axis=-1)
             for request in sampling:
                 new[request.row] = sample(logits[request.row], request.params.temperature, request.params.top_p, request.rng)
+        self.positions[:n] += 1
         return self.took_step(n, new)
 
     def start_decode(self, decoding: list[Request]) -> Callable[[], np.ndarray]:
@@ -126,15 +127,13 @@ class ModelStep:
         n, rows = self.step_rows(decoding)
         wait = self.engine.start_step(*rows)
         self.positions[:n] += 1
-        return lambda: self.took_step(n, wait(), advanced=True)
+        return lambda: self.took_step(n, wait())
 
-    def took_step(self, n: int, new, advanced: bool = False) -> np.ndarray:
-        """Records a decode step over the first n rows that made tokens `new` [n] (positions advanced already when
-        `advanced`); returns every row's last token, int [rows]."""
+    def took_step(self, n: int, new) -> np.ndarray:
+        """Records the tokens `new` [n] of a decode step over the first n rows as their last tokens; returns every
+        row's last token, int [rows]. (The caller advances the rows' positions.)"""
         new = np.asarray(new, dtype=np.int64)
         assert new.shape == (n,), f"the engine's step returned shape {new.shape}, not ({n},)"
-        if not advanced:
-            self.positions[:n] += 1
         self.last_tokens = np.concatenate([new, self.last_tokens[n:]])
         return self.last_tokens
 

@@ -66,7 +66,8 @@ def run_trials(settings: BenchSettings, result: ResultFile, path: Path, base_spe
     """Round robin over the rows, trial by trial (A B C A B C ...), so that a slow spell of the machine hits every row
     alike. A row's first trial decides a skip; a failed trial ends the row (failed, saying which trial); the result
     file is rewritten after every trial. With a budget (--budget), no trial starts once it is spent and a running
-    child is cut at it: every row gets its first trial before any gets its second."""
+    child is cut at it: every row gets its first trial before any gets its second, and the rows given with
+    --extra-runner only what the others leave."""
     budget = Budget(settings.budget_s)
     children = Children(settings, scratch, budget, display)
     reference = Reference()
@@ -76,37 +77,44 @@ def run_trials(settings: BenchSettings, result: ResultFile, path: Path, base_spe
         reference.load(*children.run(get_runner(REFERENCE), base_spec, scratch / "reference", "score"))
     planned = {info.id: trials_for(info.kind, settings) for info in order}
     rows: dict[str, RowTrials] = {}
-    for k in range(1, max(planned.values(), default=0) + 1):
-        for info in order:
-            done = rows.get(info.id)
-            if k > planned[info.id] or (done is not None and done.row.status != "ok"):
-                continue
-            if budget.spent():
-                if done is None:
-                    done = rows[info.id] = RowTrials(budget.unstarted_row(info))
-                    result.rows.append(done.row)
-                elif k == len(done.metrics) + 1:
-                    done.row.notes.append(budget.cut_note(len(done.metrics), planned[info.id]))
-                write_result(result, path)
-                continue
-            label = f"trial {k}/{planned[info.id]} · " if planned[info.id] > 1 else ""
-            # the row's distance and accuracy are its first trial's: later trials skip the probe (0.5B: a minute each)
-            outcome, work = children.run(info, base_spec, scratch / info.id / f"trial-{k}", "measure" if k == 1 else "time",
-                                         label)  # fmt: skip
+    for k, info in trial_order(order, planned, settings.extra):
+        done = rows.get(info.id)
+        if done is not None and done.row.status != "ok":
+            continue
+        if budget.spent():
             if done is None:
-                if info.id == REFERENCE:
-                    reference.load(outcome, work)
-                result.reference_distributions = reference.shape
-                done = rows[info.id] = RowTrials(make_row(info, outcome, work, reference))
+                done = rows[info.id] = RowTrials(budget.unstarted_row(info))
                 result.rows.append(done.row)
-            elif Budget.cut(outcome):  # a later trial the budget cut short is not the row's failure: it is dropped
+            elif k == len(done.metrics) + 1:
                 done.row.notes.append(budget.cut_note(len(done.metrics), planned[info.id]))
-            else:
-                done.add(outcome, k, planned[info.id])
-            mark_wall(done.row, settings, result.machine)
-            shutil.rmtree(work, ignore_errors=True)  # its exports and logits are read: free the disk (0.5B: GiBs)
             write_result(result, path)
-            display.finish(done.row)  # after every trial: the row as summarised so far
+            continue
+        label = f"trial {k}/{planned[info.id]} · " if planned[info.id] > 1 else ""
+        # the row's distance and accuracy are its first trial's: later trials skip the probe (0.5B: a minute each)
+        outcome, work = children.run(info, base_spec, scratch / info.id / f"trial-{k}", "measure" if k == 1 else "time",
+                                     label)  # fmt: skip
+        if done is None:
+            if info.id == REFERENCE:
+                reference.load(outcome, work)
+            result.reference_distributions = reference.shape
+            done = rows[info.id] = RowTrials(make_row(info, outcome, work, reference))
+            result.rows.append(done.row)
+        elif Budget.cut(outcome):  # a later trial the budget cut short is not the row's failure: it is dropped
+            done.row.notes.append(budget.cut_note(len(done.metrics), planned[info.id]))
+        else:
+            done.add(outcome, k, planned[info.id])
+        mark_wall(done.row, settings, result.machine)
+        shutil.rmtree(work, ignore_errors=True)  # its exports and logits are read: free the disk (0.5B: GiBs)
+        write_result(result, path)
+        display.finish(done.row)  # after every trial: the row as summarised so far
+
+
+def trial_order(order: list[RunnerInfo], planned: dict[str, int], extra: frozenset[str]):
+    """(k, row) for each trial k of each row, in the order they start: round robin (A B C A B C ...), then the rows
+    given with `run --extra-runner` round robin among themselves, in what a budget leaves after every other trial."""
+    for tier in ([r for r in order if r.id not in extra], [r for r in order if r.id in extra]):
+        for k in range(1, max((planned[r.id] for r in tier), default=0) + 1):
+            yield from ((k, info) for info in tier if k <= planned[info.id])
 
 
 def mark_wall(row: Row, settings: BenchSettings, machine: dict) -> None:

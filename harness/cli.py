@@ -29,7 +29,7 @@ from linnet_core import devices, dtypes
 from linnet_core.checkpoint import check_seed
 from linnet_core.devices import DEVICES
 from linnet_core.errors import UserError, literal, run_cli
-from runners import RUNNERS, get_runner, with_peers
+from runners import RUNNERS, get_runner, with_extras, with_peers
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Linnet Bench: time every stack the same way.")
 console = Console()
@@ -57,6 +57,7 @@ def runners() -> None:
 def run(
     model: list[str] = typer.Argument(..., help="model ids or aliases (see `linnet-bench models`) or local checkpoint directories; several run in turn, or at once on a cluster"),
     runner: Optional[list[str]] = typer.Option(None, "--runner", "-r", help="a runner id; repeat for several (default: all)"),
+    extra_runner: Optional[list[str]] = typer.Option(None, "--extra-runner", help="a row whose trials come after every other row's, in what --budget leaves of the run; repeat for several"),
     profile: Optional[str] = typer.Option(None, help=f"one of {', '.join(PROFILES)} (default: 'default' on a GPU or for a tiny model, else 'cpu')"),
     weights: Optional[Path] = typer.Option(None, help="a local Hugging Face checkpoint directory (default: synthetic weights)"),
     dtype: Optional[list[str]] = typer.Option(None, help="f32, f16 or bf16; repeat for several (default: bf16 on a GPU, f32 on a CPU)"),
@@ -87,7 +88,7 @@ def run(
     for d in dtype or ():
         dtypes.check(d)
     chosen = tuple(dict.fromkeys(get_runner(r) for r in runner)) if runner else tuple(RUNNERS.values())  # one row each
-    chosen = with_peers(chosen, peer or ())
+    chosen = with_peers(with_extras(chosen, extra_runner or (), named=bool(runner)), peer or ())
     if profile is not None:
         get_profile(profile)
     if peer_duets and cluster is not None:
@@ -103,7 +104,7 @@ def run(
                 for dt in dtype or [DEVICES[dev].default_dtype]:
                     name = profile or ("default" if DEVICES[dev].gpu or entry.is_tiny else "cpu")
                     matrix_runs.append(BenchSettings(entry, chosen, get_profile(name), dt, dev, weights, out, seed, timeout, trials,
-                                              peer_duets, budget, runs))  # fmt: skip
+                                              peer_duets, budget, runs, frozenset(extra_runner or ())))  # fmt: skip
         return matrix_runs
 
     try:

@@ -34,6 +34,7 @@ class BenchSettings:
     peer_duet_s: float = 0.0  # > 0: after the trials, time each Linnet row in turns with its peer (harness/duet.py)
     budget_s: float | None = None  # the whole run's seconds (`run --budget`): no trial starts once they are spent
     runs: int | None = None  # timed runs per trial (`run --runs`); the profile's when None
+    extra: frozenset[str] = frozenset()  # rows whose trials come after every other row's (`run --extra-runner`)
 
     @property
     def timed_runs(self) -> int:

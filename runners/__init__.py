@@ -85,6 +85,19 @@ def get_runner(name: str) -> RunnerInfo:
     return RUNNERS[name]
 
 
+def with_extras(rows: Sequence[RunnerInfo], extras: Sequence[str], named: bool) -> tuple[RunnerInfo, ...]:
+    """The run's rows with those `run --extra-runner` names last (their trials come after every other row's). A
+    one-line error for the reference, whose first trial every row's distance needs, and for a row named with --runner
+    too; with no --runner, the extras are taken from every row."""
+    extra = tuple(dict.fromkeys(get_runner(name) for name in extras))
+    for info in extra:
+        if info.id == REFERENCE:
+            raise UserError(f"--extra-runner {REFERENCE}: the reference runs first, as every row is compared with it")
+        if named and info in rows:
+            raise UserError(f"--extra-runner {info.id}: it is given with --runner too; name it once")
+    return tuple(r for r in rows if r not in extra) + extra
+
+
 def with_peers(rows: Sequence[RunnerInfo], pairs: Sequence[str]) -> tuple[RunnerInfo, ...]:
     """The run's rows, each Linnet row that `run --peer RUNNER=PEER` names compared with that PEER instead of its own
     (in the table, and in turns with --peer-duets): on a CPU, say, generated PyTorch against llama.cpp rather than

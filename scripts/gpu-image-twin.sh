@@ -15,11 +15,14 @@ cd "$(dirname "$0")/.."
 TWIN=${GPU_IMAGE_TWIN:-.venv-gpu-image}
 IMAGE=(torch==2.11.0 transformers==5.17.0 huggingface-hub==1.33.0 tokenizers==0.23.2 safetensors==0.8.0 onnx==1.23.1
        onnxruntime==1.30.0 jax jaxlib flatbuffers ml-dtypes typer rich jinja2 psutil nvidia-ml-py ninja httpx pytest
-       hypothesis)
-if [[ ! -e $TWIN/.complete ]]; then  # an install cut short is resumed, not reused
+       hypothesis absl-py h5py protobuf requests pyyaml tqdm sentencepiece regex)
+CARRIED=$(grep -v '^#' scripts/gpu-wheels.txt)
+# shellcheck disable=SC2086  # CARRIED is a list of requirements
+if [[ "$(cat "$TWIN/.complete" 2>/dev/null)" != "${IMAGE[*]} $CARRIED" ]]; then  # a cut install, or new lists: resumed
   python3 -m venv "$TWIN"
-  "$TWIN/bin/python" -m pip install -q "${IMAGE[@]}" $(grep -v '^#' scripts/gpu-wheels.txt)
-  touch "$TWIN/.complete"
+  "$TWIN/bin/python" -m pip install -q "${IMAGE[@]}"
+  "$TWIN/bin/python" -m pip install -q --no-deps $CARRIED  # as the suite installs them on the image
+  echo "${IMAGE[*]} $CARRIED" >"$TWIN/.complete"
 fi
 blocked=$(mktemp -d)
 trap 'rm -rf "$blocked"' EXIT

@@ -7,9 +7,10 @@
 #   bash scripts/gpu-suite.sh --dry-run   here, on a CPU: the same command line on the tiny model, so that an import
 #                                         error or a flag typo shows here and not in the GPU window (tests/test_gpu_suite.py)
 #
-# Rows whose stack the image lacks (vLLM, TensorRT, llama.cpp, KerasHub) are left out. Under the budget the rows run
-# round robin in the order below, the most wanted first: each gets its first trial before any gets its second, no
-# trial starts once the budget is spent, and a child still running then is cut (harness/bench.py Budget).
+# Rows whose stack the image lacks (vLLM, TensorRT, llama.cpp) are left out; KerasHub runs on the image's JAX from
+# the carried wheels, without TensorFlow. Under the budget the rows run round robin in the order below, the most
+# wanted first: each gets its first trial before any gets its second, KerasHub's rows come after every other row's
+# trials, no trial starts once the budget is spent, and a child still running then is cut (harness/bench.py Budget).
 # Then the steps' kernels are listed (at most 45 s, GPU_SUITE_KERNEL_SECONDS) and the tests that need a GPU run
 # (at most a minute, GPU_SUITE_TEST_SECONDS; 0 leaves either out): about 7.5 minutes in all.
 set -uo pipefail
@@ -28,8 +29,10 @@ elif compgen -G ".whl/*.whl" >/dev/null; then
 fi
 ROWS=(transformers transformers-compiled linnet-cudagraphs linnet-jax serve-linnet-cudagraphs serve-linnet-xla
       linnet-torch linnet-inductor linnet-stablehlo serve-transformers-batched)
+EXTRA_ROWS=(kerashub serve-kerashub-static)  # a peer's rows, in what the budget leaves once every row above has its trials
 args=()
 for row in "${ROWS[@]}"; do args+=(--runner "$row"); done
+for row in "${EXTRA_ROWS[@]}"; do args+=(--extra-runner "$row"); done
 OUT=${OUT:-out/gpu}
 mkdir -p "$OUT"
 if command -v nvidia-smi >/dev/null; then

@@ -18,7 +18,8 @@ from runners import RunnerInfo
 
 ROOT = Path(__file__).resolve().parent.parent
 SUITE_ROWS = ["transformers", "transformers-compiled", "linnet-cudagraphs", "linnet-jax", "serve-linnet-cudagraphs",
-              "serve-linnet-xla", "linnet-torch", "linnet-inductor", "linnet-stablehlo", "serve-transformers-batched"]  # fmt: skip
+              "serve-linnet-xla", "linnet-torch", "linnet-inductor", "linnet-stablehlo", "serve-transformers-batched",
+              "kerashub", "serve-kerashub-static"]  # fmt: skip
 
 
 @pytest.fixture
@@ -71,20 +72,44 @@ def fake(name: str, cls: str) -> RunnerInfo:
 
 
 def test_a_budget_cuts_the_running_child_and_starts_no_more(tiny, tmp_path, monkeypatch):
-    """A 20 s budget cuts the hanging row's child at its end and starts nothing after it; the file says so. (The truth
-    and the reference are stand-ins here, so that the budget's arithmetic does not hang on how fast torch imports.)"""
+    """A 20 s budget cuts the hanging row's child at its end and starts nothing after it, here the row given with
+    --extra-runner, whose trial would come last though it is listed first; the file says so. (The truth and the
+    reference are stand-ins here, so that the budget's arithmetic does not hang on how fast torch imports.)"""
     from harness import bench
 
     monkeypatch.setattr(bench, "TRUTH", fake("truth", "Counting"))
     monkeypatch.setattr(bench, "get_runner", lambda name: fake(name, "Counting"))
-    settings = BenchSettings(tiny, (fake("hang", "Hang"), fake("counting", "Counting")), get_profile("quick"), "f32", "cpu",
-                             None, tmp_path, timeout_s=600, budget_s=20)  # fmt: skip
+    settings = BenchSettings(tiny, (fake("counting", "Counting"), fake("hang", "Hang")), get_profile("quick"), "f32", "cpu",
+                             None, tmp_path, timeout_s=600, budget_s=20, extra=frozenset({"counting"}))  # fmt: skip
     result = load_result(run_bench(settings))
     hang, counting = result.rows
     assert hang.status == "failed" and hang.reason.startswith("cut short: the run's budget of 20 s was spent"), hang.reason
     assert counting.status == "skipped" and counting.reason == "not started: the run's budget of 20 s was spent"
     assert "not compared with the truth: the float64 truth did not run (it gave no logits)" not in hang.notes
     assert result.complete and result.protocol["budget_s"] == 20
+
+
+def test_extra_rows_start_their_trials_after_every_other_rows():
+    from harness.bench import trial_order
+
+    rows = [fake(name, "Counting") for name in ("transformers", "x", "a", "y", "b")]
+    planned = {"transformers": 2, "x": 2, "a": 3, "y": 1, "b": 2}
+    started = [(k, info.id) for k, info in trial_order(rows, planned, frozenset({"x", "y"}))]
+    assert started == [(1, "transformers"), (1, "a"), (1, "b"), (2, "transformers"), (2, "a"), (2, "b"), (3, "a"),
+                       (1, "x"), (1, "y"), (2, "x")]  # fmt: skip
+    assert [info.id for _, info in trial_order(rows, planned, frozenset())][:5] == ["transformers", "x", "a", "y", "b"]
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--extra-runner", "transformers"], "--extra-runner transformers: the reference runs first"),
+    (["--runner", "linnet-torch", "--extra-runner", "linnet-torch"], "--extra-runner linnet-torch: it is given with --runner too"),
+    (["--extra-runner", "no-such-row"], "unknown runner 'no-such-row'"),
+])  # fmt: skip
+def test_an_extra_row_that_cannot_come_last_is_refused(flags, message, tmp_path):
+    out = subprocess.run([sys.executable, "-m", "harness.cli", "run", "qwen2-tiny", *flags, "--out", str(tmp_path)],
+                         cwd=ROOT, capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert out.returncode == 1 and out.stdout.strip().startswith(f"error: {message}"), out.stdout + out.stderr
+    assert not list(tmp_path.iterdir())
 
 
 @pytest.mark.parametrize("budget", ["0", "-5", "nan", "inf", "1e12"])

@@ -44,8 +44,9 @@ class LinnetServe(base.ServingRunner):
         config = ServeConfig(rows=self.rows, max_positions=self.max_positions,
                              max_waiting=spec.serving_workload.requests, **self.built.serve_options)  # fmt: skip
         self.serve = ServeEngine(self.built.engine, config, read_config(Path(spec.checkpoint)).eos_token_id, self.backend)
+        blocks = f" (in whole blocks of {config.prefill_granule})" if config.prefill_granule > 1 else ""
         self.notes.append(f"linnet.serve: {config.rows} rows x {config.max_positions} positions, "
-                          f"prefill chunks of <= {config.prefill_chunk} tokens, {config.prefill_budget} per step")  # fmt: skip
+                          f"prefill chunks of <= {config.prefill_chunk} tokens, {config.prefill_budget} per step{blocks}")  # fmt: skip
 
     async def start(self):
         self.client = AsyncClient(self.serve)

@@ -317,27 +317,45 @@ def test_the_xla_backend_refuses_quantized_weights(tiny_checkpoint):
         make_engine("xla", EngineSpec(tiny_checkpoint, 1, POSITIONS, quant="int8"))
 
 
-def test_the_xla_engine_compiles_every_batched_prefill_shape_ahead(tiny_checkpoint, tmp_path):
-    """After compile_prefill_batches(budget), no batch of chunks within the budget compiles anything: the count of
-    blocks alone picks the shape. A serving step never waits for XLA."""
+def test_linnet_serve_on_xla_compiles_every_prefill_shape_its_budget_allows_ahead(tiny_checkpoint, tmp_path, monkeypatch):
+    """linnet.serve on the xla backend counts each chunk in whole blocks of 32 against its step's budget (the backend's
+    serve options), so that a step's blocks never pass the budget's: once the loop compiled ahead (the decode step,
+    and 1, 2 and 4 blocks for a budget of 96), serving prompts of 20-90 tokens compiles nothing, no call has more than 3 blocks of prompt
+    (chunks of 40 and 40 would have taken 4, and 16 tokens more a fifth), and each request gets its single-request
+    tokens."""
     if unavailable("xla"):
         pytest.skip(unavailable("xla"))
+    import sys
+
     from jax import monitoring
 
-    engine = make_engine("xla", EngineSpec(tiny_checkpoint, ROWS, POSITIONS, work_dir=tmp_path)).engine
-    compiles = []
+    b = make_engine("xla", EngineSpec(tiny_checkpoint, ROWS, 128, work_dir=tmp_path))
+    assert b.serve_options == {"prefill_granule": 32}
+    config = ServeConfig(rows=ROWS, max_positions=128, prefill_chunk=64, prefill_budget=96, **b.serve_options)
+    serve = ServeEngine(b.engine, config, 1001, "xla")
+    compiles, blocks = [], []
     monitoring.register_event_duration_secs_listener(
         lambda event, seconds, **kw: compiles.append(event) if "backend_compile" in event else None
     )
-    budget = 60
-    assert engine.compile_prefill_batches(budget) == 4  # 1, 2, 4 and 8 blocks: at most 2 + ROWS blocks of 32
+    assert serve.model.compile_ahead(config.prefill_budget) == 4  # and the decode step
     assert compiles, "the compiles ahead were not seen"
     compiles.clear()
-    rng = np.random.default_rng(0)
-    for sizes in ([1], [60], [32, 28], [33, 1, 1, 25], [15, 15, 15, 15], [2, 40]):
-        chunks = [Chunk(row, rng.integers(0, 1000, size=n).tolist(), 0) for row, n in enumerate(sizes)]
-        prefill_batch(engine, chunks)
+    module = sys.modules[type(b.engine).__module__]
+    layout = module.batch_layout
+
+    def counted(chunks, *args):
+        blocks.append(sum(-(-len(tokens) // 32) for _, tokens, _ in chunks if len(tokens) > 1))
+        return layout(chunks, *args)
+
+    monkeypatch.setattr(module, "batch_layout", counted)
+    requests = [Request(p, SamplingParams(max_tokens=8, ignore_eos=True)) for p in prompts(8, seed=3, low=20, high=90)]
+    for r in requests:
+        serve.submit(r)
+    run_to_end(serve)
     assert compiles == [], compiles
+    assert 0 < max(blocks) <= 3, blocks
+    for r in requests[:3]:
+        assert r.output == single_request_tokens(tiny_checkpoint, r.prompt, 8), r.prompt
 
 
 class HostSampling:

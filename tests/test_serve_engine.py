@@ -258,6 +258,29 @@ def test_rows_are_reused_lowest_first():
         pool.free(1)
 
 
+def test_a_step_spends_its_budget_in_the_backends_blocks():
+    """With a prefill_granule of 32 (the xla backend's), each chunk costs its tokens in whole blocks: prompts of 500
+    tokens fill a 2048-token step with four chunks (2048 in blocks) where token by token a fifth would start; chunks of
+    100 cost 128 each; and a budget that is no whole count of blocks is cut to one."""
+    from linnet_core.serve.scheduler import Scheduler
+
+    def step_chunks(granule: int, lengths: list[int], budget: int = 2048) -> list[int]:
+        scheduler = Scheduler(ServeConfig(rows=8, max_positions=640, prefill_chunk=512, prefill_budget=budget,
+                                          prefill_granule=granule))  # fmt: skip
+        for n in lengths:
+            scheduler.add(Request(list(range(n)), SamplingParams(max_tokens=8)))
+        scheduler.admit()
+        return [len(c.tokens) for c in scheduler.prefill_chunks()]
+
+    assert step_chunks(32, [500] * 6) == [500] * 4 and step_chunks(1, [500] * 6) == [500] * 4 + [48]
+    assert step_chunks(32, [100] * 8) == [100] * 8 and step_chunks(32, [100] * 8, budget=1000) == [100] * 7 + [96]
+    assert step_chunks(32, [600, 600], budget=1000) == [512, 480]  # the budget's 1000 as 992 in blocks: 512 + 480
+    for bad, message in (({"prefill_granule": 0}, "prefill_granule must be at least 1, not 0"),
+                         ({"prefill_chunk": 16, "prefill_budget": 16, "prefill_granule": 32}, "must hold one of the backend's blocks of 32")):  # fmt: skip
+        with pytest.raises(UserError, match=message):
+            ServeConfig(**bad)
+
+
 def test_concurrent_streams_through_the_async_client_all_complete(engine):
     serve = serve_engine(engine, max_waiting=16)
     lengths = [3, 7, 1, 5, 9, 2, 4, 6, 8, 3, 5, 2]

@@ -55,10 +55,10 @@ class ModelStep:
         self.last_tokens = np.zeros(self.rows, dtype=np.int64)  # [rows] the token each row feeds at the next step
 
     def compile_ahead(self, max_prefill_tokens: int) -> int:
-        """Has the engine compile every shape of batched prefill a step can ask for, where it compiles per shape
-        (XLA); returns how many, 0 for the others."""
-        compile_batches = getattr(self.engine, "compile_prefill_batches", None)
-        return compile_batches(max_prefill_tokens) if callable(compile_batches) else 0
+        """Has the engine compile every call a serving step can make, where it compiles per shape (XLA); returns how
+        many compiles, 0 for the others."""
+        compile_serving = getattr(self.engine, "compile_serving", None)
+        return compile_serving(max_prefill_tokens) if callable(compile_serving) else 0
 
     def prefill(self, chunks: list[PrefillChunk], riders: list[Request] = ()) -> tuple[list[int | None], list[int]]:
         """Writes all of a step's chunks into their requests' rows in one engine call (engine.prefill_batch), with

@@ -71,7 +71,8 @@ class Scheduler:
         return admitted
 
     def prefill_chunks(self) -> list[PrefillChunk]:
-        """This step's prompt pieces: at most prefill_chunk tokens each, prefill_budget tokens in all."""
+        """This step's prompt pieces: at most prefill_chunk tokens each, prefill_budget tokens in all (each chunk's
+        counted in whole units of the backend's prefill_granule)."""
         budget, chunks = self.config.prefill_budget, []
         for request in self.running.values():
             if request.status is not Status.PREFILLING:
@@ -81,7 +82,7 @@ class Scheduler:
             if take <= 0:
                 break
             chunks.append(PrefillChunk(request, start, request.prompt[start : start + take]))
-            budget -= take
+            budget -= self.config.chunk_cost(take)
         return chunks
 
     def decoding(self) -> list[Request]:

@@ -2,7 +2,9 @@
 Its decode step is one compiled call over every row; a step's prefill chunks are one call too, each chunk laid out
 from the start of a block of 32 tokens and the blocks padded to a power of two, so XLA compiles one shape per power
 of two of blocks, all of them when the serving loop starts (ServeEngine.start), not one per length mid-run. The
-rows that decode ride in a step's prefill call, one token each."""
+scheduler counts each chunk in whole blocks against the step's budget (ServeConfig.prefill_granule), so that a full
+step of 2048 tokens is 64 blocks, not the next power of two. The rows that decode ride in a step's prefill call,
+one token each."""
 
 from __future__ import annotations
 
@@ -26,4 +28,5 @@ def make(spec: EngineSpec) -> Built:
     decoder = build_decoder(read_config(spec.checkpoint))
     options = CompileOptions(dtype=spec.dtype, max_positions=spec.max_positions, batch=spec.rows)
     engine = load_engine(decoder, spec.checkpoint, spec.work("jax"), options, device)
-    return Built(engine, [f"generated JAX on XLA ({device.platform}), {spec.dtype}"])
+    return Built(engine, [f"generated JAX on XLA ({device.platform}), {spec.dtype}"],
+                 {"prefill_granule": engine.prefill_granule})  # fmt: skip

@@ -320,9 +320,9 @@ def test_the_xla_backend_refuses_quantized_weights(tiny_checkpoint):
 def test_linnet_serve_on_xla_compiles_every_prefill_shape_its_budget_allows_ahead(tiny_checkpoint, tmp_path, monkeypatch):
     """linnet.serve on the xla backend counts each chunk in whole blocks of 32 against its step's budget (the backend's
     serve options), so that a step's blocks never pass the budget's: once the loop compiled ahead (the decode step,
-    and 1, 2 and 4 blocks for a budget of 96), serving prompts of 20-90 tokens compiles nothing, no call has more than 3 blocks of prompt
-    (chunks of 40 and 40 would have taken 4, and 16 tokens more a fifth), and each request gets its single-request
-    tokens."""
+    and 1, 2 and 4 blocks for a budget of 96), serving prompts of 20-90 tokens compiles nothing, no call has more
+    than 3 blocks of prompt (chunks of 40 and 40 would have taken 4, and 16 tokens more a fifth), and each request
+    gets its single-request tokens."""
     if unavailable("xla"):
         pytest.skip(unavailable("xla"))
     import sys

@@ -104,6 +104,7 @@ def test_extra_rows_start_their_trials_after_every_other_rows():
     (["--extra-runner", "transformers"], "--extra-runner transformers: the reference runs first"),
     (["--runner", "linnet-torch", "--extra-runner", "linnet-torch"], "--extra-runner linnet-torch: it is given with --runner too"),
     (["--extra-runner", "no-such-row"], "unknown runner 'no-such-row'"),
+    (["--extra-runner", "<b>" * 5000], "unknown runner '" + "<b>" * 26 + "<b'; known runners: "),  # cut to 80 characters
 ])  # fmt: skip
 def test_an_extra_row_that_cannot_come_last_is_refused(flags, message, tmp_path):
     out = subprocess.run([sys.executable, "-m", "harness.cli", "run", "qwen2-tiny", *flags, "--out", str(tmp_path)],

@@ -23,10 +23,10 @@ class Runner(base.Runner):
         self.keyword = cache_keyword(self.model)
         # checked eagerly: the compiled step takes the same keywords, and compiling here would move its first call's
         # compile into the load time
-        difference = check_cached_decode(self.model, check_tokens(self.spec), self.spec.dtype,
-                                         lambda ids, start, cache: self.forward(ids, start, cache, self.model.forward),
-                                         lambda: StaticCache(config=self.model.config, max_cache_len=self.spec.max_positions))  # fmt: skip
-        self.cache = StaticCache(config=self.model.config, max_cache_len=self.spec.max_positions)
+        difference, alone = check_cached_decode(self.model, check_tokens(self.spec), self.spec.dtype,
+                                                lambda ids, start, cache: self.forward(ids, start, cache, self.model.forward),
+                                                self.new_cache)  # fmt: skip
+        self.cache = self.new_cache()
         # "reduce-overhead" adds CUDA graphs on a GPU; on a CPU inductor's default mode is the fast one.
         mode = "reduce-overhead" if self.spec.device == "cuda" else None
         # dynamic=None, not False: the decode step's shapes are fixed anyway, but a sliding-window layer (Gemma 3)
@@ -34,7 +34,11 @@ class Runner(base.Runner):
         # recompiles each step until the recompile limit fails the run, while None makes it symbolic after one
         self.decode_forward = torch.compile(self.model.forward, mode=mode, fullgraph=True, dynamic=None)
         self.notes.append(f"static cache of {self.spec.max_positions} positions; decode step compiled on first call")
-        self.notes.append(f"cached decode checked against a full forward at load: {difference:.2g} apart")
+        self.notes.append(f"cached decode checked against a full forward at load: {difference:.2g} apart "
+                          f"(the tokens alone: {alone:.2g})")
+
+    def new_cache(self) -> StaticCache:
+        return StaticCache(config=self.model.config, max_cache_len=self.spec.max_positions)
 
     def forward(self, ids: torch.Tensor, start: int, cache=None, step=None) -> torch.Tensor:
         """Logits [1, T, vocab] for ids [1, T] at positions start..start+T-1, written into the static cache (the

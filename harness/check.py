@@ -36,7 +36,8 @@ from pathlib import Path
 
 from harness import stats
 from harness.metrics import METRICS, SECONDS, Metric
-from harness.bounds import AccuracyBound, accuracy_bound, run_layers, tolerance, truth_ratio_bound
+from harness.bounds import (TOLERANCES, AccuracyBound, accuracy_bound, reference_truth, rounding_dominates, run_layers,
+                            tolerance, truth_ratio_bound)  # fmt: skip
 from harness.results import ResultFile, Row, load_result
 from harness.validate import invalid_figures, is_number
 from linnet_core.errors import UserError
@@ -214,7 +215,10 @@ def machine_difference(a: ResultFile, b: ResultFile) -> str | None:
 def row_tolerance(row: Row | None, other: Row | None, run: ResultFile) -> float:
     """tolerance() for a row given by one run or the other (the candidate's when both have it), in `run`."""
     given = row or other
-    return tolerance(given.runner, run_dtype(run), run.model, given.quant, run_layers(run))
+    return tolerance(given.runner, run_dtype(run), run.model, given.quant, run_layers(run), reference_truth(run))
+
+
+UNBOUNDED = AccuracyBound(kl_mean=float("inf"), kl_p99=float("inf"), top1_agree=0.0)  # KL and top-1 not judged
 
 
 def accuracy_problems(row: Row, bound: AccuracyBound, truth_bound: float = float("inf")) -> list[str]:
@@ -271,12 +275,18 @@ def compare_runs(cand_path: Path, cand: ResultFile, base_path: Path, base: Resul
     cand_rows, base_rows = {r.runner: r for r in cand.rows}, {r.runner: r for r in base.rows}
     refs = (reference_row(cand_rows), reference_row(base_rows)) if comparison.ratios else None
     run_pairs = paired and same_duet(cand, base)
+    dtype, truth = run_dtype(cand), reference_truth(cand)
+    rounding = rounding_dominates(dtype, truth)  # then the truth ratio judges the unquantized rows, not KL and top-1
+    if rounding:
+        comparison.notes.append(f"KL and top-1 of unquantized rows not judged: in {dtype} the reference itself is "
+                                f"{truth:.3g} from the float64 truth, beyond the {TOLERANCES[dtype]:g} their bounds "
+                                "assume; each row's truth ratio judges it")  # fmt: skip
     for runner in [*base_rows, *(r for r in cand_rows if r not in base_rows)]:
         bound = row_tolerance(cand_rows.get(runner), base_rows.get(runner), cand)
         quant = getattr(cand_rows.get(runner), "quant", None) or (RUNNERS[runner].quant if runner in RUNNERS else None)
-        accuracy = accuracy_bound(runner, quant, run_dtype(cand))
+        accuracy = UNBOUNDED if rounding and not quant else accuracy_bound(runner, quant, dtype)
         row = compare_row(runner, cand_rows.get(runner), base_rows.get(runner), bound, accuracy,
-                          truth_ratio_bound(quant, run_dtype(cand), runner))  # fmt: skip
+                          truth_ratio_bound(quant, dtype, runner))  # fmt: skip
         if row.baseline_status == row.candidate_status == "ok" and not any(f.subject == "figures" for f in row.findings):
             compare_metrics(row, cand_rows[runner], base_rows[runner], refs, thresholds, paired, run_pairs)
         comparison.rows.append(row)

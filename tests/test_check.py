@@ -204,6 +204,49 @@ def test_a_bf16_row_is_held_to_its_truth_ratio_bound(tmp_path, runner, ratio, pa
     assert TRUTH_RATIO_BOUNDS["bf16"] == 4.0 < TRUTH_RATIO_BOUNDS["f32"]
 
 
+BF16_DEEP = ROOT / "results" / "reference-check" / "20261206T055113Z.json"  # the 0.5B shape in bf16: rounding dominates
+
+
+def test_a_16_bit_bound_grows_with_the_references_own_distance_from_the_truth():
+    """A row within its truth-ratio bound is at most (1 + that bound) times the reference's truth distance from the
+    reference; TOLERANCES hold where the reference rounds less than they assume, and f32 keeps its own bound."""
+    assert tolerance("linnet-torch", "bf16", reference_truth=6.3) == pytest.approx(5 * 6.3)
+    assert tolerance("linnet-torch", "f16", reference_truth=1.0) == pytest.approx(5.0)
+    for truth in (None, 0.01, 0.0, math.nan, math.inf, -3.0):
+        assert tolerance("linnet-torch", "bf16", reference_truth=truth) == TOLERANCES["bf16"]
+    assert tolerance("linnet-torch", "f32", "qwen2-tiny", reference_truth=6.3) == TOLERANCES["f32"]
+
+
+@pytest.mark.parametrize("plant, wrong", [
+    (None, set()),  # every row 5-6.8 from the reference, KL 0.3-0.54, top-1 0.38-0.47: rounding, truth ratio 0.87-1.0
+    ("truth", {("linnet-torch", "accuracy"), ("linnet-torch", "distance")}),  # a wrong row is still caught
+])
+def test_a_bf16_run_whose_reference_rounds_far_from_the_truth_is_judged_by_it(tmp_path, plant, wrong):
+    """On the 0.5B shape's random weights bf16 rounding moves the reference itself 6.3 from the float64 truth (the
+    committed run): the fixed bf16 bounds failed every right row there. Now the truth judges: right rows pass, with one
+    note saying why KL and top-1 are not judged, and a row 25x the reference's distance from the truth fails."""
+    base = load_result(BF16_DEEP)
+    cand = base.model_copy(deep=True)
+    if plant == "truth":
+        torch_row = next(r for r in cand.rows if r.runner == "linnet-torch")
+        torch_row.truth_distance, torch_row.truth_ratio, torch_row.distance = 6.3 * 25, 25.0, 160.0
+    write_result(cand, tmp_path / "candidate.json")
+    report = check(tmp_path / "candidate.json", BF16_DEEP)
+    assert regressions(report) == wrong and report.passed is not wrong
+    [comparison] = report.comparisons
+    assert any(n.startswith("KL and top-1 of unquantized rows not judged: in bf16 the reference itself is 6.31")
+               for n in comparison.notes)  # fmt: skip
+
+
+def test_a_bf16_run_whose_reference_is_near_the_truth_keeps_its_accuracy_bounds(tmp_path):
+    reference = row(REFERENCE).model_copy(update={"truth_distance": 0.2, "truth_ratio": 1.0, "kl_mean": 0.0,
+                                                  "kl_p99": 0.0, "top1_agree": 1.0})  # fmt: skip
+    right = row("linnet-torch", distance=0.3).model_copy(update={"truth_distance": 0.25, "truth_ratio": 1.25,
+                                                                 "kl_mean": 0.3, "kl_p99": 0.6, "top1_agree": 0.47})  # fmt: skip
+    report = compare(tmp_path, run(reference, right, dtype="bf16"), run(reference, right, dtype="bf16"))
+    assert regressions(report) == {("linnet-torch", "accuracy")}
+
+
 def test_a_row_that_became_failed_fails(tmp_path):
     report = compare(tmp_path, run(row(REFERENCE), row("transformers-compiled", status="failed")))
     assert regressions(report) == {("transformers-compiled", "status")}

@@ -23,8 +23,9 @@ from runners.base import RowRefused
 # ignores, computes each fed token alone at position 0, so the bound is a share of how far that is: the largest logit
 # difference between the fed tokens computed alone and the full forward (the 0.5B shape: about 20; the twins: 6-10).
 # Rounding alone measured at most 0.025 of it (the 0.5B shape in bf16 on a CPU; f16 0.005, f32 6e-6; the twins
-# 0.013), where an ignored cache is the whole of it. A fixed bound per dtype cannot tell these apart at every depth:
-# 0.5 in bf16 refused a correct 24-layer reference (0.555 apart, 0.83 under SDPA), while one ignored cache is 3 apart.
+# 0.013), where an ignored cache is the whole of it. No fixed bound per dtype tells these apart at every size: 0.5 in
+# bf16 refused a correct 24-layer reference (0.555 apart, 0.83 under SDPA), and rounding grows with depth and width,
+# while an ignored cache moves the 2-layer twin's logits by only 3-9.
 CONTEXT_SHARE = 0.2
 # f32 rounds so little that the two paths differ by summation order alone (the 0.5B shape: 1.3e-4): also this bound.
 F32_TOLERANCE = 1e-3

@@ -1015,3 +1015,17 @@ def test_a_row_measured_while_other_processes_held_the_cores_says_so(tmp_path):
     text = Tree((render(tmp_path, result) / "models" / "qwen2-tiny.html").read_text()).root.text()
     assert text.count("measured while other processes used 52% of the cores") == 1, text
     assert "3% of the cores" not in text
+
+
+def test_the_distance_note_says_when_16_bit_rounding_moves_the_reference_far_from_the_truth():
+    """On the 0.5B shape's random weights bf16 moves the reference 6.3 from the float64 truth and right rows sit units
+    from it (the committed run): the note says so and points at the truth ratio. A reference near the truth keeps the
+    usual sentence."""
+    from harness.site.pages import distance_note
+
+    deep = load_result(ROOT / "results" / "reference-check" / "qwen2.5-0.5b-instruct" / "20261206T055113Z.json")
+    note = distance_note(deep)
+    assert "the reference itself is 6.3 from the float64 truth" in note and "about 0.1 on logits near 16" not in note
+    near = deep.model_copy(deep=True)
+    near.rows[0].truth_distance = 0.2
+    assert "about 0.1 on logits near 16" in distance_note(near) and "from the float64 truth (deep" not in distance_note(near)

@@ -608,6 +608,26 @@ def test_inductor_compiles_each_graph_once_and_writes_the_cache_in_place(module,
         assert decode.count("matvec_f32") >= 4 * module.LAYERS + 1
 
 
+@pytest.mark.parametrize("dtype", ["bf16", "f16"])
+def test_a_16_bit_compiled_prefill_serves_every_prompt_length_on_a_cpu(module, tiny_checkpoint, tiny, dtype):
+    """In 16 bits on a CPU, linear() multiplies a prefill's many rows in f32 and a few rows in 16 bits. As F.linear
+    of a [B, T, K] input, either pinned the dynamic prompt length to the first prompt's in torch 2.13, and the
+    compiled prefill failed at once. Now prompts below and above UPCAST_ROWS and a decode step compile and give
+    eager's tokens."""
+    from torch._dynamo.utils import counters
+
+    lengths = (module.UPCAST_ROWS // 2, module.UPCAST_ROWS + 8, module.UPCAST_ROWS + 30)
+    prompts = [probe_ids(tiny.first_special_token, seed, length=n) for seed, n in enumerate(lengths)]
+    torch._dynamo.reset()
+    counters.clear()
+    eager = engine(module, tiny_checkpoint, dtype=dtype)
+    compiled = engine(module, tiny_checkpoint, dtype=dtype, mode="inductor")
+    for prompt in prompts:
+        assert [compiled.prefill(0, prompt), *compiled.generate(3)[:, 0]] == [eager.prefill(0, prompt), *eager.generate(3)[:, 0]]
+    # the prefill compiles once for a length <= UPCAST_ROWS and once above it (linear() branches there); the step once
+    assert counters["stats"]["unique_graphs"] <= 3 and not counters["graph_break"]
+
+
 def test_compiled_blocks_compile_each_kind_of_block_once_for_all_layers(module, tiny_checkpoint, reference, tiny):
     """What inductor runs on a GPU (compile_blocks), on a CPU: the static-window step and the bucketed prefill the
     CUDA graphs capture, with each block compiled. transformers' greedy tokens, no graph breaks, and one compile

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 from harness.registry import MODELS
 from harness.results import ResultFile
+from harness.validate import is_number
 from runners import REFERENCE, RUNNERS
 
 
@@ -57,9 +58,7 @@ def rounding_bound(dtype: str, reference_truth: float | None) -> float:
     rounding of a logit of 16; random weights of a deep shape amplify 16-bit rounding far beyond it (the 0.5B shape
     in bf16: the reference 6.3 from the truth, right rows 5.0-6.8 from it: results/reference-check/).
     0 without a truth."""
-    if reference_truth is None or not 0 < reference_truth < float("inf"):
-        return 0.0
-    return (1 + TRUTH_RATIO_BOUNDS[dtype]) * reference_truth
+    return (1 + TRUTH_RATIO_BOUNDS[dtype]) * reference_truth if measured_truth(reference_truth) else 0.0
 
 
 def rounding_dominates(dtype: str, reference_truth: float | None) -> bool:
@@ -67,7 +66,13 @@ def rounding_dominates(dtype: str, reference_truth: float | None) -> bool:
     distance from the float64 truth exceeds its dtype's TOLERANCES. Then two right rows round into distributions
     apart by more than those bounds (the 0.5B shape in bf16: KL 0.32-0.54, top-1 0.38-0.47 between right rows), and
     their truth ratio judges them instead."""
-    return dtype in SIXTEEN_BITS and reference_truth is not None and reference_truth > TOLERANCES[dtype]
+    return dtype in SIXTEEN_BITS and measured_truth(reference_truth) and reference_truth > TOLERANCES[dtype]
+
+
+def measured_truth(reference_truth: float | None) -> bool:
+    """Whether a reference's truth distance can set a bound: a finite number above 0 (a file may hold anything; check
+    reports an invalid one, and it must not loosen any row's bound meanwhile)."""
+    return is_number(reference_truth) and reference_truth > 0
 
 
 def own_dtype(runner: str, dtype: str) -> str:

@@ -14,7 +14,7 @@ import pytest
 
 import numpy as np
 
-from harness.bounds import F16_PER_LAYER, TOLERANCES, TRUTH_RATIO_BOUNDS, tolerance
+from harness.bounds import F16_PER_LAYER, TOLERANCES, TRUTH_RATIO_BOUNDS, rounding_dominates, tolerance
 from harness.check import GATE_THRESHOLDS, Thresholds, check
 from harness.results import SCHEMA_VERSION, ResultFile, Row, load_result, write_result
 from harness.trials import merge_runs
@@ -213,8 +213,10 @@ def test_a_16_bit_bound_grows_with_the_references_own_distance_from_the_truth():
     reference; TOLERANCES hold where the reference rounds less than they assume, and f32 keeps its own bound."""
     assert tolerance("linnet-torch", "bf16", reference_truth=6.3) == pytest.approx(5 * 6.3)
     assert tolerance("linnet-torch", "f16", reference_truth=1.0) == pytest.approx(5.0)
-    for truth in (None, 0.01, 0.0, math.nan, math.inf, -3.0):
+    for truth in (None, 0.01, 0.0, math.nan, math.inf, -3.0, True, "6.3"):
         assert tolerance("linnet-torch", "bf16", reference_truth=truth) == TOLERANCES["bf16"]
+        assert not rounding_dominates("bf16", truth)  # nor do they switch KL and top-1 off
+    assert rounding_dominates("bf16", 6.3) and not rounding_dominates("f32", 6.3)
     assert tolerance("linnet-torch", "f32", "qwen2-tiny", reference_truth=6.3) == TOLERANCES["f32"]
 
 

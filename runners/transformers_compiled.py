@@ -10,7 +10,7 @@ from transformers import StaticCache
 
 from runners import base
 from runners._torch import cuda_unavailable
-from runners._transformers import cache_keyword, check_cached_decode, check_tokens, forward, load_model
+from runners._transformers import cache_check_note, cache_keyword, check_cached_decode, check_tokens, forward, load_model
 
 
 class Runner(base.Runner):
@@ -23,9 +23,9 @@ class Runner(base.Runner):
         self.keyword = cache_keyword(self.model)
         # checked eagerly: the compiled step takes the same keywords, and compiling here would move its first call's
         # compile into the load time
-        difference, alone = check_cached_decode(self.model, check_tokens(self.spec), self.spec.dtype,
-                                                lambda ids, start, cache: self.forward(ids, start, cache, self.model.forward),
-                                                self.new_cache)  # fmt: skip
+        checked = check_cached_decode(self.model, check_tokens(self.spec), self.spec.dtype,
+                                      lambda ids, start, cache: self.forward(ids, start, cache, self.model.forward),
+                                      self.new_cache)  # fmt: skip
         self.cache = self.new_cache()
         # "reduce-overhead" adds CUDA graphs on a GPU; on a CPU inductor's default mode is the fast one.
         mode = "reduce-overhead" if self.spec.device == "cuda" else None
@@ -34,8 +34,7 @@ class Runner(base.Runner):
         # recompiles each step until the recompile limit fails the run, while None makes it symbolic after one
         self.decode_forward = torch.compile(self.model.forward, mode=mode, fullgraph=True, dynamic=None)
         self.notes.append(f"static cache of {self.spec.max_positions} positions; decode step compiled on first call")
-        self.notes.append(f"cached decode checked against a full forward at load: {difference:.2g} apart "
-                          f"(the tokens alone: {alone:.2g})")
+        self.notes.append(cache_check_note(*checked))
 
     def new_cache(self) -> StaticCache:
         return StaticCache(config=self.model.config, max_cache_len=self.spec.max_positions)

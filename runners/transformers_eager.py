@@ -10,7 +10,7 @@ from transformers import DynamicCache
 
 from runners import base
 from runners._torch import cuda_unavailable
-from runners._transformers import cache_keyword, check_cached_decode, check_tokens, forward, load_model
+from runners._transformers import cache_check_note, cache_keyword, check_cached_decode, check_tokens, forward, load_model
 
 
 class Runner(base.Runner):
@@ -21,11 +21,10 @@ class Runner(base.Runner):
     def load(self):
         self.model = load_model(self.spec, "eager")
         self.keyword = cache_keyword(self.model)
-        difference, alone = check_cached_decode(self.model, check_tokens(self.spec), self.spec.dtype,
-                                                lambda ids, start, cache: forward(self.model, self.keyword, ids, cache),
-                                                self.new_cache)  # fmt: skip
-        self.notes.append(f"cached decode checked against a full forward at load: {difference:.2g} apart "
-                          f"(the tokens alone: {alone:.2g})")
+        checked = check_cached_decode(self.model, check_tokens(self.spec), self.spec.dtype,
+                                      lambda ids, start, cache: forward(self.model, self.keyword, ids, cache),
+                                      self.new_cache)  # fmt: skip
+        self.notes.append(cache_check_note(*checked))
 
     def new_cache(self) -> DynamicCache:
         return DynamicCache(config=self.model.config)

@@ -55,8 +55,8 @@ def rounding_bound(dtype: str, reference_truth: float | None) -> float:
     """The distance from the reference a right row may have in a 16-bit run whose reference is `reference_truth` from
     the float64 truth: a row within its truth-ratio bound is at most that many times as far from the truth, so the
     two errors add to at most (1 + the bound) times the reference's. TOLERANCES assume the reference is within
-    rounding of a logit of 16; random weights of a deep shape amplify 16-bit rounding far beyond it (the 0.5B shape
-    in bf16: the reference 6.3 from the truth, right rows 5.0-6.8 from it: results/reference-check/).
+    rounding of a logit of 16; a model may amplify 16-bit rounding far beyond it (the 0.5B shape's random weights of
+    synthetic recipe 3 in bf16: the reference 6.3 from the truth, right rows 5.0-6.8 from it: results/reference-check/).
     0 without a truth."""
     return (1 + TRUTH_RATIO_BOUNDS[dtype]) * reference_truth if measured_truth(reference_truth) else 0.0
 
@@ -64,7 +64,7 @@ def rounding_bound(dtype: str, reference_truth: float | None) -> float:
 def rounding_dominates(dtype: str, reference_truth: float | None) -> bool:
     """Whether, in this run, 16-bit rounding alone moves the reference beyond what ACCURACY_BOUNDS were set for: its
     distance from the float64 truth exceeds its dtype's TOLERANCES. Then two right rows round into distributions
-    apart by more than those bounds (the 0.5B shape in bf16: KL 0.32-0.54, top-1 0.38-0.47 between right rows), and
+    apart by more than those bounds (the 0.5B shape in bf16, recipe 3: KL 0.32-0.54, top-1 0.38-0.47 between right rows), and
     their truth ratio judges them instead."""
     return dtype in SIXTEEN_BITS and measured_truth(reference_truth) and reference_truth > TOLERANCES[dtype]
 

@@ -16,7 +16,7 @@ from linnet_core.errors import UserError
 
 CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "model.safetensors"
-SYNTHETIC_RECIPE = 3  # bump when synthetic_tensor, train_on_corpus or the files a synthetic checkpoint holds change
+SYNTHETIC_RECIPE = 4  # bump when synthetic_tensor, train_on_corpus or the files a synthetic checkpoint holds change
 # Test-size twins (up to this many parameters) are trained briefly on the shipped text (train_on_corpus), in
 # seconds on a CPU; the full-size shapes keep random weights.
 TRAINED_MAX_PARAMETERS = 5_000_000
@@ -128,11 +128,14 @@ def synthetic_tensor(name: str, shape: tuple[int, ...], config: ModelConfig, see
     """One deterministic tensor (torch, f32): its values depend only on the seed and its name.
 
     Norm weights scatter around 1 and biases are non-zero, so a missing bias or norm shows in the logits.
-    Untrained (a full-size shape): linear weights are scaled by fan-in, twice the unit scale, so the blocks (not
-    the token's own tied embedding) decide the next token and greedy decoding does not collapse into repeats; the
-    embedding is scaled so the tied head's logits spread over several units. Trained (a test-size twin, see
-    train_on_corpus): the starting point transformers' own initialisation would give (initializer_range 0.02), so
-    what training learns, not the random start, shapes the output."""
+    Untrained (a full-size shape): linear weights at the unit scale of their fan-in, the embedding scaled so the
+    tied head's logits spread over several units and the blocks (not the token's own embedding) decide the next
+    token. Twice the unit scale (recipes up to 3) made a deep shape chaotic: rounding grew layer by layer, so that
+    bf16 put the 0.5B shape's logits 5.0 from a float64 truth (top-1 agreement 0.47) and right rows could not be
+    told from wrong ones; at the unit scale it is 0.37 (0.93), as a real checkpoint rounds
+    (results/synthetic-recipe/). Trained (a test-size twin, see train_on_corpus): the starting point transformers'
+    own initialisation would give (initializer_range 0.02), so what training learns, not the random start, shapes
+    the output."""
     import torch
 
     gen = torch.Generator().manual_seed(seed * 1_000_003 + zlib.crc32(name.encode()))
@@ -145,7 +148,7 @@ def synthetic_tensor(name: str, shape: tuple[int, ...], config: ModelConfig, see
         return INITIALIZER_RANGE * x
     if name == "model.embed_tokens.weight" or name == "lm_head.weight":
         return x * (3.0 / config.hidden_size**0.5)
-    return 2.0 * x / shape[-1] ** 0.5
+    return x / shape[-1] ** 0.5
 
 
 def train_on_corpus(tensors: dict, config: ModelConfig, directory: Path, seed: int) -> dict:
@@ -187,10 +190,13 @@ def train_on_corpus(tensors: dict, config: ModelConfig, directory: Path, seed: i
     return {name: trained[name].detach().clone() for name in tensors}
 
 
-# The untrained recipe in words: full-size shapes since recipe 3, every model before it (result files that do not
-# record their recipe were made so)
-RANDOM_RECIPE = ("seeded Gaussians: linear weights scaled by twice 1/sqrt(fan-in), norm weights around 1, biases "
-                 "non-zero, the embedding scaled so that logits spread over several units")
+# The untrained recipe in words (full-size shapes)
+RANDOM_RECIPE = ("seeded Gaussians: linear weights scaled by 1/sqrt(fan-in), norm weights around 1, biases non-zero, "
+                 "the embedding scaled so that logits spread over several units")
+# The untrained recipe up to recipe 3, when every model had it and result files did not record theirs: a file without
+# its recipe was made so
+UNRECORDED_RECIPE = ("seeded Gaussians: linear weights scaled by twice 1/sqrt(fan-in), norm weights around 1, biases "
+                     "non-zero, the embedding scaled so that logits spread over several units")
 
 
 def is_trained(config: ModelConfig) -> bool:

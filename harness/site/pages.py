@@ -21,7 +21,7 @@ from harness.site.history import Change
 from harness.site.comparisons import CARDS, CHARTED, DECODE, SERVING, TTFT, Comparison, best_row, headline
 from harness.site.context import LoadedRun, ModelRuns, machine_name
 from harness.site.table import Table, Unmeasured, numbers_table, unmeasured
-from linnet_core.checkpoint import RANDOM_RECIPE
+from linnet_core.checkpoint import UNRECORDED_RECIPE
 from runners import REFERENCE
 
 DATA_DIR = "data"  # raw result files are copied to OUT/data/<model>/<file>
@@ -329,7 +329,7 @@ def distance_note(result: ResultFile) -> str:
     if rounding_dominates(dtype, reference := reference_truth(result)):
         return (
             f"{text}{dtype} outputs differ by rounding, and on this model by far more than on a trained one: the "
-            f"reference itself is {reference:.2g} from the float64 truth (deep random weights amplify each rounding), "
+            f"reference itself is {reference:.2g} from the float64 truth (this model amplifies each rounding), "
             "so right rows sit units from it, and their KL and top-1 against it measure rounding as much as "
             "correctness. The distance is still there so that a fast wrong answer cannot look like a win; here the "
             f"next column tells right from wrong.{truth}"
@@ -393,4 +393,4 @@ def probe_text(result: ResultFile) -> str:
 def weights_recipe(result: ResultFile) -> str:
     """How the run's synthetic weights were made: as its file records it, or (files from before it did) the one
     recipe there was then."""
-    return result.weights_recipe or RANDOM_RECIPE
+    return result.weights_recipe or UNRECORDED_RECIPE

@@ -83,6 +83,16 @@ def own_dtype(runner: str, dtype: str) -> str:
     return next((d for d in TOLERANCES if runner.endswith(f"-{d}")), dtype)
 
 
+def run_dtype(run: ResultFile) -> str:
+    return run.protocol.get("dtype", "f32")
+
+
+def truth_ratio_judged(row, dtype: str) -> bool:
+    """Whether `check` bounds this row's truth ratio in a run of `dtype`: not for 8-bit weights or another dtype than
+    the run's, whose ratio over the reference's rounding says nothing of them (an int8 row in an f32 run: 35,000x)."""
+    return truth_ratio_bound(row.quant, dtype, row.runner) != float("inf")
+
+
 def truth_ratio_bound(quant: str | None, dtype: str, runner: str = "") -> float:
     """A row's truth_ratio bound: its run dtype's; none (infinity) for quantized weights or a row that computes in
     another dtype than the run's (linnet-ort-f16 in an f32 run: its ratio is over an f32 reference's distance)."""

@@ -36,7 +36,7 @@ from pathlib import Path
 
 from harness import stats
 from harness.metrics import METRICS, SECONDS, Metric
-from harness.bounds import (TOLERANCES, AccuracyBound, accuracy_bound, reference_truth, rounding_dominates, run_layers,
+from harness.bounds import (TOLERANCES, AccuracyBound, accuracy_bound, reference_truth, rounding_dominates, run_dtype, run_layers,
                             tolerance, truth_ratio_bound)  # fmt: skip
 from harness.results import ResultFile, Row, load_result
 from harness.validate import invalid_figures, is_number
@@ -195,10 +195,6 @@ def check_comparable(a: ResultFile, b: ResultFile, where: str) -> None:
             raise UserError(f"{where}: {key} {a.workload.get(key)} vs {b.workload.get(key)}; compare runs of one workload")
     if run_dtype(a) != run_dtype(b):
         raise UserError(f"{where}: dtype {run_dtype(a)} vs {run_dtype(b)}; compare runs of one dtype")
-
-
-def run_dtype(run: ResultFile) -> str:
-    return run.protocol.get("dtype", "f32")
 
 
 def machine_difference(a: ResultFile, b: ResultFile) -> str | None:

@@ -19,6 +19,7 @@ from harness import check_report
 from harness import cluster as clusters
 from harness import stats
 from harness.bench import BenchSettings, Display, run_bench
+from harness.bounds import run_dtype, truth_ratio_judged
 from harness.memory import busy_note, nvml_handles
 from harness.metrics import METRICS
 from harness.registry import MODELS, get_model
@@ -111,7 +112,8 @@ def run(
         if cluster is None:
             for settings in matrix(lambda: bool(nvml_handles())):
                 path = run_bench(settings, RichDisplay(chosen))
-                console.print(summary_table(load_result(path).rows))
+                result = load_result(path)
+                console.print(summary_table(result.rows, run_dtype(result)))
                 console.print(f"result file: {literal(path, 4096)}", highlight=False)
             return
         with clusters.connected(cluster) as gpu:
@@ -124,7 +126,7 @@ def run(
     for path in paths:
         result = load_result(path)
         console.print(f"[bold]{literal(result.model)}[/] on {literal(machine_name(result))}", highlight=False)
-        console.print(summary_table(result.rows))
+        console.print(summary_table(result.rows, run_dtype(result)))
         console.print(f"result file: {literal(path, 4096)}", highlight=False)
 
 
@@ -316,9 +318,17 @@ def with_interval(metrics: dict, name: str, unstable: list[str]) -> str:
     return text + ("!" if name in unstable else "")
 
 
-def summary_table(rows: list[Row]) -> Table:
+def truth_figure(row: Row, dtype: str) -> str:
+    """The row's truth ratio; n/a where check leaves it unjudged (8-bit weights, another dtype than the run's)."""
+    if row.truth_ratio is None:
+        return "–"
+    return f"{row.truth_ratio:.2g}x" if truth_ratio_judged(row, dtype) else "n/a"
+
+
+def summary_table(rows: list[Row], dtype: str = "f32") -> Table:
     """The closing table, readable at 80 columns: the metrics with a CLI column (harness/metrics.py), a serving row's
-    in the column of their single-request counterpart (load times are in the result file and on the page)."""
+    in the column of their single-request counterpart (load times are in the result file and on the page); `dtype`
+    is the run's."""
     columns = [m for m in METRICS if m.column]
     table = Table("runner", "status", *(m.column for m in columns), "distance", "×truth",
                   box=None, pad_edge=False, padding=(0, 1, 0, 0), header_style="bold underline", caption_justify="left")  # fmt: skip
@@ -336,9 +346,10 @@ def summary_table(rows: list[Row]) -> Table:
             r.status,
             *(with_interval(m, c.key, r.unstable) if c.sampled else short(m.get(c.key)) for c in shown),
             "–" if r.distance is None else f"{r.distance:.2g}",
-            "–" if r.truth_ratio is None else f"{r.truth_ratio:.2g}x",
+            truth_figure(r, dtype),
         )
-    caption = ["×truth: distance from the float64 truth over the reference's (linnet-bench check bounds it)"]
+    caption = ["×truth: distance from the float64 truth over the reference's (linnet-bench check bounds it); n/a: "
+               "quantized weights or another dtype, judged by KL and top-1"]
     if flagged:
         caption.append(f"! unstable: its trials' medians differ by more than {stats.UNSTABLE_CV:.0%} (std/mean)")
     caption += [f"{literal(r.runner)}: {note}" for r in rows if (note := busy_note(r.metrics))]

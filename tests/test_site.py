@@ -945,12 +945,17 @@ def test_the_truth_ratio_and_energy_have_columns_only_where_a_row_has_them(tmp_p
     reference.truth_distance, reference.truth_ratio = 2.0e-5, 1.0
     compiled.truth_distance, compiled.truth_ratio = 3.0e-5, 1.5
     compiled.metrics["energy_j_per_tok"] = 0.42
+    # 8-bit weights: over an f32 reference's rounding the ratio is 35,000x, which says nothing; their distance is shown
+    run.rows.append(Row(runner="linnet-ort-int8", label="Linnet, ONNX Runtime int8", group="ONNX Runtime", status="ok",
+                        quant="int8", distance=0.28, truth_distance=0.284, truth_ratio=34787.6, metrics=dict(compiled.metrics)))
     tree = model_tree(render(tmp_path / "gpu", run), "qwen2-tiny")
     table = next(tree.root.find_all("table", "numbers"))
     headers = [th.text() for th in table.find_all("th")]
     assert "Against the float64 truth" in headers and any("Energy per token" in h for h in headers)
-    assert [td.text() for td in table.find_all("td", "truth")] == ["1 (the reference)", "1.5x"]
-    assert [td.text() for td in table.find_all("td", "energy_j_per_tok")] == ["–", "0.42 J/tok"]
+    cells = {td.text(): td for td in table.find_all("td", "truth")}
+    assert list(cells) == ["1 (the reference)", "1.5x", "0.284 from it"]
+    assert "its weights are int8" in cells["0.284 from it"].attrs["title"] and "KL and top-1 judge it" in cells["0.284 from it"].attrs["title"]
+    assert [td.text() for td in table.find_all("td", "energy_j_per_tok")] == ["–", "0.42 J/tok", "0.42 J/tok"]
     assert "multiple of the reference's own" in tree.root.text()
 
 

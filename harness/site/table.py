@@ -6,6 +6,7 @@ import textwrap
 from dataclasses import dataclass, replace
 from typing import Callable
 
+from harness.bounds import own_dtype, run_dtype, truth_ratio_judged
 from harness.memory import busy_note
 from harness.results import ResultFile, Row
 from harness.site import numbers
@@ -98,12 +99,17 @@ def distance_cell(row: Row, result: ResultFile) -> Cell:
 
 
 def truth_cell(row: Row, result: ResultFile) -> Cell:
-    """The row's distance from the float64 truth over the reference's (harness/bench.py compare_with_truth)."""
-    if row.truth_ratio is None:
-        return Cell(numbers.DASH if row.truth_distance is None else f"{numbers.distance(row.truth_distance)} from it")
+    """The row's distance from the float64 truth over the reference's (harness/bench.py compare_with_truth); for a row
+    the ratio does not judge, its distance alone."""
+    away = f"{numbers.distance(row.truth_distance)} from it" if row.truth_distance is not None else numbers.DASH
     hint = f"its logits are {numbers.distance(row.truth_distance)} from the float64 truth"
+    if row.truth_ratio is None:
+        return Cell(away)
     if row.runner == REFERENCE:
         return Cell("1 (the reference)", hint=hint)
+    if not truth_ratio_judged(row, run_dtype(result)):
+        why = f"its weights are {row.quant}" if row.quant else f"it computes in {own_dtype(row.runner, run_dtype(result))}"
+        return Cell(away, hint=f"not a ratio: {why}, so the reference's rounding is no yardstick; KL and top-1 judge it")
     return Cell(f"{row.truth_ratio:.2g}x", hint=hint)
 
 

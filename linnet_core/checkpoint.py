@@ -9,6 +9,7 @@ import os
 import shutil
 import tempfile
 import zlib
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from linnet_core.config import ModelConfig
@@ -124,30 +125,62 @@ def check_weights(path: Path, config: ModelConfig, shapes: dict[str, tuple[int, 
         raise UserError(f"{path}: checkpoint has tensor {extra[0]}, which config.json's {config.model_type} does not use")
 
 
-def synthetic_tensor(name: str, shape: tuple[int, ...], config: ModelConfig, seed: int, trained: bool = False):
+@dataclass(frozen=True)
+class Rescaling:
+    """What an architecture does to stored weights on their way in, read from its model description: it may multiply
+    the embedding (Gemma 3: by sqrt(hidden)) and its norms may scale by an offset plus the weight (Gemma 3's 1 + w)."""
+
+    embed_multiplier: float = 1.0
+    norm_offsets: dict[str, float] = field(default_factory=dict)  # Hugging Face name -> offset, where there is one
+    final_norm: str = "model.norm.weight"
+
+    @classmethod
+    def of(cls, config: ModelConfig) -> Rescaling:
+        from linnet_core.arch import build_decoder
+
+        decoder = build_decoder(config)
+        multiplier = next((op.attrs.get("scale", 1.0) for op in decoder.prologue if op.kind == "embed"), 1.0)
+        named = {w.name: w.hf_name for w in decoder.global_weights}
+        final = next(named[op.weights[0]] for op in decoder.epilogue if op.kind == "rms_norm")
+        offsets = {named[w]: op.attrs["offset"] for op in decoder.epilogue if "offset" in op.attrs for w in op.weights}
+        for layer in range(config.num_hidden_layers):
+            named = decoder.weights_of_layer(layer)
+            offsets |= {named[w].hf_name: op.attrs["offset"] for op in decoder.block_of(layer) if "offset" in op.attrs
+                        for w in op.weights}  # fmt: skip
+        return cls(multiplier, offsets, final)
+
+
+def synthetic_tensor(name: str, shape: tuple[int, ...], config: ModelConfig, seed: int, trained: bool = False,
+                     rescaling: Rescaling = Rescaling()):  # fmt: skip
     """One deterministic tensor (torch, f32): its values depend only on the seed and its name.
 
-    Norm weights scatter around 1 and biases are non-zero, so a missing bias or norm shows in the logits.
-    Untrained (a full-size shape): linear weights at the unit scale of their fan-in, the embedding scaled so the
-    tied head's logits spread over several units and the blocks (not the token's own embedding) decide the next
-    token. Twice the unit scale (recipes up to 3) made a deep shape chaotic: rounding grew layer by layer, so that
-    bf16 put the 0.5B shape's logits 5.0 from a float64 truth (top-1 agreement 0.47) and right rows could not be
-    told from wrong ones; at the unit scale it is 0.37 (0.93), as a real checkpoint rounds
-    (results/synthetic-recipe/). Trained (a test-size twin, see train_on_corpus): the starting point transformers'
-    own initialisation would give (initializer_range 0.02), so what training learns, not the random start, shapes
-    the output."""
+    Norms scale by about 1 and biases are non-zero, so a missing bias or norm shows in the logits.
+    Untrained (a full-size shape): linear weights at the unit scale of their fan-in; what enters the first block has
+    entries of about 3/sqrt(hidden), so the blocks (not the token's own embedding) decide the next token, and the
+    head's logits spread over several units. Twice the unit scale (recipes up to 3) made a deep shape chaotic:
+    rounding grew layer by layer, so that bf16 put the 0.5B shape's logits 5.0 from a float64 truth (top-1 agreement
+    0.47) and right rows could not be told from wrong ones; at the unit scale it is 0.37 (0.93), as a real checkpoint
+    rounds. Where the architecture multiplies the embedding (`rescaling`: Gemma 3), the embedding is divided by it
+    and the final norm scales by it instead, or the token's own embedding decides and the tied head predicts the
+    input token (94% of positions on the Gemma 3 270M shape until recipe 4); where its norms add an offset to their
+    weight, the weight is drawn around 1 less (results/synthetic-recipe/). Trained (a test-size twin, see
+    train_on_corpus): the starting point transformers' own initialisation would give (initializer_range 0.02), so
+    what training learns, not the random start, shapes the output; its norms keep weights around 1 (`rescaling` left
+    at its default), as they were when the twins' figures were measured."""
     import torch
 
     gen = torch.Generator().manual_seed(seed * 1_000_003 + zlib.crc32(name.encode()))
     x = torch.randn(shape, generator=gen, dtype=torch.float32)
+    multiplier = rescaling.embed_multiplier
     if name.endswith("norm.weight"):
-        return 1.0 + 0.2 * x
+        scale = multiplier if name == rescaling.final_norm else 1.0
+        return scale * (1.0 + 0.2 * x) - rescaling.norm_offsets.get(name, 0.0)
     if name.endswith(".bias"):
         return 0.1 * x
     if trained:
         return INITIALIZER_RANGE * x
     if name == "model.embed_tokens.weight" or name == "lm_head.weight":
-        return x * (3.0 / config.hidden_size**0.5)
+        return x * (3.0 / config.hidden_size**0.5 / multiplier)
     return x / shape[-1] ** 0.5
 
 
@@ -191,8 +224,9 @@ def train_on_corpus(tensors: dict, config: ModelConfig, directory: Path, seed: i
 
 
 # The untrained recipe in words (full-size shapes)
-RANDOM_RECIPE = ("seeded Gaussians: linear weights scaled by 1/sqrt(fan-in), norm weights around 1, biases non-zero, "
-                 "the embedding scaled so that logits spread over several units")
+RANDOM_RECIPE = ("seeded Gaussians: linear weights scaled by 1/sqrt(fan-in), norms scaling by about 1, biases "
+                 "non-zero, the embedding scaled so that what enters the first block has entries of about "
+                 "3/sqrt(hidden) and logits spread over several units")
 # The untrained recipe up to recipe 3, when every model had it and result files did not record theirs: a file without
 # its recipe was made so
 UNRECORDED_RECIPE = ("seeded Gaussians: linear weights scaled by twice 1/sqrt(fan-in), norm weights around 1, biases "
@@ -237,7 +271,9 @@ def synthetic_checkpoint(model_id: str, config: ModelConfig, dtype: str, seed: i
         (tmp / "generation_config.json").write_text(json.dumps(generation, indent=2))
         tokenizer.write_tokenizer(config, tmp)
         trained = is_trained(config)
-        tensors = {name: synthetic_tensor(name, shape, config, seed, trained) for name, shape in tensor_shapes(config).items()}
+        rescaling = Rescaling() if trained else Rescaling.of(config)
+        tensors = {name: synthetic_tensor(name, shape, config, seed, trained, rescaling)
+                   for name, shape in tensor_shapes(config).items()}  # fmt: skip
         if trained:
             tensors = train_on_corpus(tensors, config, tmp, seed)
         torch_dtype = getattr(torch, dtype)

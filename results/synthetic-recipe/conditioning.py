@@ -11,7 +11,7 @@ from pathlib import Path
 import torch
 from transformers import AutoConfig, AutoModelForCausalLM
 from harness.registry import get_model
-from linnet_core.checkpoint import synthetic_tensor, tensor_shapes
+from linnet_core.checkpoint import Rescaling, synthetic_tensor, tensor_shapes
 
 torch.set_num_threads(2)
 CANDIDATE = dict(gain=1.0, qk=None, out_gain=1.0, embed=3.0, bias=0.1, norm=0.2, centre=1.0, final=1.0)
@@ -34,7 +34,7 @@ def candidate(name, shape, config, seed, p):
 def tensors_for(config, spec):
     shapes = tensor_shapes(config)
     if spec == "recipe":
-        return {n: synthetic_tensor(n, s, config, 0) for n, s in shapes.items()}
+        return {n: synthetic_tensor(n, s, config, 0, False, Rescaling.of(config)) for n, s in shapes.items()}
     p = dict(CANDIDATE, **{k: float(v) for k, v in (kv.split("=") for kv in spec.split(",") if kv)})
     return {n: candidate(n, s, config, 0, p) for n, s in shapes.items()}
 

@@ -64,8 +64,8 @@ def rounding_bound(dtype: str, reference_truth: float | None) -> float:
 def rounding_dominates(dtype: str, reference_truth: float | None) -> bool:
     """Whether, in this run, 16-bit rounding alone moves the reference beyond what ACCURACY_BOUNDS were set for: its
     distance from the float64 truth exceeds its dtype's TOLERANCES. Then two right rows round into distributions
-    apart by more than those bounds (the 0.5B shape in bf16, recipe 3: KL 0.32-0.54, top-1 0.38-0.47 between right rows), and
-    their truth ratio judges them instead."""
+    apart by more than those bounds (the 0.5B shape in bf16, recipe 3: KL 0.32-0.54, top-1 0.38-0.47 between right
+    rows), and their truth ratio judges them instead."""
     return dtype in SIXTEEN_BITS and measured_truth(reference_truth) and reference_truth > TOLERANCES[dtype]
 
 

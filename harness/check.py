@@ -36,8 +36,8 @@ from pathlib import Path
 
 from harness import stats
 from harness.metrics import METRICS, SECONDS, Metric
-from harness.bounds import (TOLERANCES, AccuracyBound, accuracy_bound, reference_truth, rounding_dominates, run_dtype, run_layers,
-                            tolerance, truth_ratio_bound)  # fmt: skip
+from harness.bounds import (TOLERANCES, AccuracyBound, accuracy_bound, reference_truth, rounding_dominates, run_dtype,
+                            run_layers, tolerance, truth_ratio_bound)  # fmt: skip
 from harness.results import ResultFile, Row, load_result
 from harness.validate import invalid_figures, is_number
 from linnet_core.errors import UserError

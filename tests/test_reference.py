@@ -70,7 +70,6 @@ def test_both_ends_of_the_range_decode_through_their_cache_alike(tiny_checkpoint
         assert served[: len(eager)] == eager, release["version"]
 
 
-
 PROMPT = [17, 250, 3, 999, 42, 64, 512, 8]  # the check's 8 tokens: 4 prefilled, 4 decoded
 
 

@@ -34,7 +34,8 @@ def candidate(name, shape, config, seed, p):
 def tensors_for(config, spec):
     shapes = tensor_shapes(config)
     if spec == "recipe":
-        return {n: synthetic_tensor(n, s, config, 0, False, Rescaling.of(config)) for n, s in shapes.items()}
+        rescaling = Rescaling.of(config)
+        return {n: synthetic_tensor(n, s, config, 0, False, rescaling) for n, s in shapes.items()}
     p = dict(CANDIDATE, **{k: float(v) for k, v in (kv.split("=") for kv in spec.split(",") if kv)})
     return {n: candidate(n, s, config, 0, p) for n, s in shapes.items()}
 

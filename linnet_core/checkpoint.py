@@ -12,6 +12,8 @@ import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from filelock import FileLock
+
 from linnet_core.config import ModelConfig
 from linnet_core.errors import UserError
 
@@ -251,9 +253,6 @@ def synthetic_checkpoint(model_id: str, config: ModelConfig, dtype: str, seed: i
     """The directory of a synthetic checkpoint (weights, config, tokenizer), written once (atomically) and reused
     by every stack."""
     check_seed(seed)
-    import torch
-    from safetensors.torch import save_file
-
     from linnet_core import tokenizer
 
     # the key covers config.json (architecture included), the weights' recipe and the tokenizer, so a stale cache
@@ -264,6 +263,21 @@ def synthetic_checkpoint(model_id: str, config: ModelConfig, dtype: str, seed: i
     if (target / WEIGHTS_FILE).exists():
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
+    # a second process asking for the same checkpoint (two trials of a row on one Ray node, two runs at once) waits
+    # for the first's instead of making the same weights again
+    with FileLock(target.parent / f".{target.name}.lock"):
+        if not (target / WEIGHTS_FILE).exists():
+            write_synthetic_checkpoint(target, config, dtype, seed)
+    return target
+
+
+def write_synthetic_checkpoint(target: Path, config: ModelConfig, dtype: str, seed: int) -> None:
+    """Weights, config and tokenizer written to a scratch directory beside target, then renamed into place."""
+    import torch
+    from safetensors.torch import save_file
+
+    from linnet_core import tokenizer
+
     tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=".tmp-"))
     try:
         (tmp / CONFIG_FILE).write_text(json.dumps(config.to_hf(dtype), indent=2))
@@ -286,7 +300,6 @@ def synthetic_checkpoint(model_id: str, config: ModelConfig, dtype: str, seed: i
             raise
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    return target
 
 
 def cache_dir() -> Path:

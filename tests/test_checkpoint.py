@@ -18,6 +18,34 @@ def test_synthetic_weights_are_deterministic(tiny, tmp_path):
     assert not np.array_equal(a["model.embed_tokens.weight"], other["model.embed_tokens.weight"])
 
 
+
+def test_two_askers_at_once_write_the_checkpoint_once(tiny, tmp_path, monkeypatch):
+    """Two trials on one Ray node or two runs asking for the same weights: the second waits on the first's lock (a real
+    file lock) and reads what it wrote, instead of training the same weights again."""
+    import threading
+    import time
+
+    writes = []
+
+    def slow_write(target, config, dtype, seed):  # stands in for training: long enough for the second to arrive
+        writes.append(target)
+        time.sleep(1.0)
+        target.mkdir()
+        (target / checkpoint.WEIGHTS_FILE).write_bytes(b"weights")
+
+    monkeypatch.setattr(checkpoint, "write_synthetic_checkpoint", slow_write)
+    paths = []
+
+    def ask():
+        paths.append(checkpoint.synthetic_checkpoint(tiny.id, tiny.config, "float32", cache=tmp_path))
+
+    askers = [threading.Thread(target=ask) for _ in range(2)]
+    for asker in askers:
+        asker.start()
+    for asker in askers:
+        asker.join(timeout=30)
+    assert len(writes) == 1 and len(paths) == 2 and paths[0] == paths[1] == writes[0]
+
 def test_synthetic_weights_are_not_trivial(tiny_checkpoint):
     w = checkpoint.load_weights(tiny_checkpoint)
     biases = [v for k, v in w.items() if k.endswith(".bias")]

@@ -9,6 +9,7 @@ import os
 import shutil
 import tempfile
 import zlib
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -93,22 +94,46 @@ def header_shapes(path: Path) -> dict[str, tuple[int, ...]]:
 
 
 def load_weights(path: Path, framework: str = "np") -> dict:
-    """All tensors of a checkpoint directory, checked against the config's names and shapes.
+    """All tensors of a checkpoint directory, read at once, checked against the config's names and shapes.
 
     framework is safetensors' ("np" or "pt"); bf16 tensors need "pt"."""
-    from safetensors import SafetensorError, safe_open
+    return dict(LazyWeights(path, framework))
 
-    config = read_config(path)
-    tensors = {}
-    for file in weight_files(path):
+
+class LazyWeights(Mapping):
+    """A checkpoint directory's tensors by name, checked against the config's names and shapes from the files'
+    headers, each read from its file only when asked for: an emitter that writes each tensor out as it goes (ONNX's
+    external data) then never holds the whole model. framework is safetensors' ("np" or "pt")."""
+
+    def __init__(self, path: Path, framework: str = "np"):
+        from safetensors import SafetensorError, safe_open
+
+        self.framework, self.files = framework, {}
+        shapes = {}
+        for file in weight_files(path):
+            try:
+                with safe_open(file, framework=framework) as f:
+                    for name in f.keys():
+                        self.files[name], shapes[name] = file, tuple(f.get_slice(name).get_shape())
+            except (SafetensorError, OSError, ValueError) as e:
+                raise UserError(f"{file}: unreadable safetensors file ({e})") from None
+        check_weights(path, read_config(path), shapes)
+
+    def __getitem__(self, name: str):
+        from safetensors import SafetensorError, safe_open
+
+        file = self.files[name]
         try:
-            with safe_open(file, framework=framework) as f:
-                for name in f.keys():
-                    tensors[name] = f.get_tensor(name)
+            with safe_open(file, framework=self.framework) as f:
+                return f.get_tensor(name)
         except (SafetensorError, OSError, ValueError) as e:
-            raise UserError(f"{file}: unreadable safetensors file ({e})") from None
-    check_weights(path, config, {k: tuple(t.shape) for k, t in tensors.items()})
-    return tensors
+            raise UserError(f"{file}: tensor {name} is unreadable ({e})") from None
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.files)
+
+    def __len__(self) -> int:
+        return len(self.files)
 
 
 def check_weights(path: Path, config: ModelConfig, shapes: dict[str, tuple[int, ...]]) -> None:

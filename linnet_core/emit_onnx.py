@@ -34,13 +34,14 @@ everything can stay on a GPU (and be captured as a CUDA graph)."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import BinaryIO, Mapping
 
 import ml_dtypes
 import numpy as np
 import onnx
 from onnx import TensorProto, helper
 
-from linnet_core.checkpoint import load_weights
+from linnet_core.checkpoint import LazyWeights
 from linnet_core.fuse import Fused, parallel_linears
 from linnet_core.graph import Decoder, Op
 from linnet_core.quant import onnx_blocks, quantize
@@ -51,6 +52,12 @@ OPSET = 21  # ONNX Runtime >= 1.18 and TensorRT 10 read it
 IR_VERSION = 10
 MODEL_FILE = "model.onnx"
 DATA_FILE = "model.onnx.data"  # external data: the 0.5B f32 weights exceed protobuf's 2 GB limit
+# Weights of at least this many bytes go to DATA_FILE (write_onnx); smaller ones (a tiny model's norm scales) stay in
+# model.onnx with the graph's constants, as onnx.save_model's size_threshold would place them.
+EXTERNAL_BYTES = 1024
+# Each external tensor starts on a multiple of this (mmap's allocation granularity), as onnx's own writer aligns
+# large tensors, so that a runtime may map it in place.
+EXTERNAL_ALIGN = 65536
 
 # Linnet dtype name -> (ONNX element type, numpy dtype)
 DTYPES = {
@@ -83,11 +90,12 @@ def present_name(layer: int, kv: str) -> str:
 class GraphBuilder:
     """The nodes and initializers of one graph. Values are named `<scope><name>` ("layers.3.scores"), made unique."""
 
-    def __init__(self):
+    def __init__(self, data: BinaryIO | None = None):
         self.nodes: list[onnx.NodeProto] = []
         self.initializers: dict[str, TensorProto] = {}
         self.scope = ""
         self.taken: set[str] = set()
+        self.data = data  # DATA_FILE open for writing: large initializers are written there as they are made
 
     def fresh(self, name: str) -> str:
         name, n = self.scope + name, 1
@@ -112,18 +120,38 @@ class GraphBuilder:
         return outputs
 
     def tensor(self, name: str, array: np.ndarray, elem_type: int, doc: str = "") -> str:
-        """An initializer from an array already in its ONNX dtype; added once per name."""
+        """A constant of the graph (shapes, RoPE tables, scales) from an array already in its ONNX dtype, kept inside
+        model.onnx; added once per name, and a second call under a name must bring the same values."""
+        array = np.asarray(array, order="C")  # not ascontiguousarray, which makes a scalar [1]
         if name in self.initializers:
             t = self.initializers[name]
-            assert t.raw_data == np.ascontiguousarray(array).tobytes() and list(t.dims) == list(array.shape), name
-        else:
-            t = TensorProto(
-                name=name, data_type=elem_type, dims=array.shape, raw_data=np.ascontiguousarray(array).tobytes()
-            )
-            t.doc_string = doc
-            self.initializers[name] = t
-            self.taken.add(name)
-        return name
+            assert t.raw_data == array.tobytes() and list(t.dims) == list(array.shape), name
+            return name
+        return self.add(TensorProto(name=name, data_type=elem_type, dims=array.shape, doc_string=doc, raw_data=array.tobytes()))
+
+    def weight(self, name: str, array: np.ndarray, elem_type: int, doc: str = "") -> str:
+        """A checkpoint weight from an array already in its ONNX dtype, made once: appended to the data file (when
+        the builder writes one) at an aligned offset, the initializer recording where and holding no bytes itself.
+        Written as they are made, the weights are never all in memory at once, and onnx.helper's copies of every
+        initializer (into the graph, then into the model) copy names and offsets, not weights."""
+        assert name not in self.initializers, f"{name} is made twice"
+        array = np.asarray(array, order="C")
+        t = TensorProto(name=name, data_type=elem_type, dims=array.shape, doc_string=doc)
+        if self.data is None or array.nbytes < EXTERNAL_BYTES:
+            t.raw_data = array.tobytes()
+            return self.add(t)
+        offset = -(-self.data.tell() // EXTERNAL_ALIGN) * EXTERNAL_ALIGN
+        self.data.seek(offset)
+        self.data.write(array.reshape(-1).view(np.uint8))
+        t.data_location = TensorProto.EXTERNAL
+        for key, value in (("location", DATA_FILE), ("offset", offset), ("length", array.nbytes)):
+            t.external_data.add(key=key, value=str(value))
+        return self.add(t)
+
+    def add(self, t: TensorProto) -> str:
+        self.initializers[t.name] = t
+        self.taken.add(t.name)
+        return t.name
 
     def const(self, value, dtype=np.int64, name: str = "") -> str:
         """A small constant (shapes, axes, indices, eps), named by its value."""
@@ -145,7 +173,7 @@ class OnnxEmitter:
     """Renders a Decoder as one ONNX model in one compute dtype, over a cache of `rows` x `max_positions`."""
 
     def __init__(self, decoder: Decoder, dtype: str, rows: int, max_positions: int, quant: str | None = None,
-                 fused_attention: bool = False):  # fmt: skip
+                 fused_attention: bool = False, data: BinaryIO | None = None):  # fmt: skip
         assert dtype in DTYPES, dtype
         assert quant in (None, "int8"), quant
         self.quant, self.fused_attention = quant, fused_attention
@@ -156,7 +184,7 @@ class OnnxEmitter:
         for ops in decoder.blocks():
             check_positions(next(op for op in ops if op.kind == "rope").attrs, max_positions)
         self.layer_cache_shape = ["B", c.num_key_value_heads, max_positions, c.head_dim]
-        self.g = GraphBuilder()
+        self.g = GraphBuilder(data)
         # With contrib ops allowed (f32): a residual add and the RMSNorm that reads it become one
         # SkipSimplifiedLayerNormalization node; an add waits here (a, b, its output's name) until the next op shows
         # whether it fuses.
@@ -165,8 +193,9 @@ class OnnxEmitter:
 
     # ---- the whole graph ---------------------------------------------------------------------------------
 
-    def build(self, tensors: dict[str, np.ndarray]) -> onnx.ModelProto:
-        """tensors: the checkpoint's arrays by Hugging Face name (any float dtype)."""
+    def build(self, tensors: Mapping[str, np.ndarray]) -> onnx.ModelProto:
+        """tensors: the checkpoint's arrays by Hugging Face name (any float dtype), each read once, when its
+        initializer is made."""
         self.tensors, self.stored = tensors, {w.name: w for w in self.decoder.all_weights()}
         self.parts: dict[str, list[str]] = {}  # a fused weight's name -> the weights it concatenates
         env = {"tokens": "tokens", "positions": "positions"}
@@ -211,7 +240,7 @@ class OnnxEmitter:
         ops = fused.ops
         joint = Op("linear", (fused.output,), ops[0].inputs, tuple(fused.weights), ", ".join(op.shape for op in ops))
         y = self.linear(joint, env[ops[0].inputs[0]], *names)
-        sizes = tuple(self.array(part).shape[0] for part in self.parts[names[0]])
+        sizes = tuple(self.stored[part].shape[0] for part in self.parts[names[0]])
         outs = tuple(op.out[0] for op in ops)
         return dict(zip(outs, self.g.split(y, sizes, outs, joint.shape)))
 
@@ -255,8 +284,8 @@ class OnnxEmitter:
         if name in self.g.initializers:
             assert self.g.initializers[name].doc_string == doc, f"{name} is read in two layouts"
             return name
-        array = self.array(name).astype(np.float32).astype(self.np_dtype)
-        return self.g.tensor(name, array.T if transpose else array, self.elem, doc)
+        array = self.array(name).astype(np.float32, copy=False).astype(self.np_dtype, copy=False)
+        return self.g.weight(name, array.T if transpose else array, self.elem, doc)
 
     def array(self, name: str) -> np.ndarray:
         """A Linnet weight's checkpoint array; a fused weight's parts concatenated along their output dim."""
@@ -272,8 +301,8 @@ class OnnxEmitter:
         blocks, scales = f"{name}.int8", f"{name}.scales"
         if blocks not in self.g.initializers:
             q = quantize(array, bits=8, group=INT8_BLOCK)
-            self.g.tensor(blocks, onnx_blocks(q), TensorProto.UINT8, f"int8 + 128 in blocks of {INT8_BLOCK}: [out, blocks, {INT8_BLOCK}]")
-            self.g.tensor(scales, q.scales.reshape(-1).astype(self.np_dtype), self.elem, "one per block, [out * blocks]")
+            self.g.weight(blocks, onnx_blocks(q), TensorProto.UINT8, f"int8 + 128 in blocks of {INT8_BLOCK}: [out, blocks, {INT8_BLOCK}]")
+            self.g.weight(scales, q.scales.reshape(-1).astype(self.np_dtype), self.elem, "one per block, [out * blocks]")
         return blocks, scales, n, k
 
     def matmul_int8(self, x: str, weight: str, name: str, doc: str) -> str:
@@ -575,27 +604,26 @@ class OnnxEmitter:
 
 
 def build_model(
-    decoder: Decoder, tensors: dict[str, np.ndarray], dtype: str, rows: int, max_positions: int, quant: str | None = None,
-    fused_attention: bool = False,
+    decoder: Decoder, tensors: Mapping[str, np.ndarray], dtype: str, rows: int, max_positions: int,
+    quant: str | None = None, fused_attention: bool = False,
 ) -> onnx.ModelProto:
+    """The model in memory, every initializer inside it (for tests and small models; write_onnx streams them)."""
     return OnnxEmitter(decoder, dtype, rows, max_positions, quant, fused_attention).build(tensors)
-
-
-def save_model(model: onnx.ModelProto, out: Path) -> list[Path]:
-    """model.onnx with its weights in model.onnx.data beside it; checked by onnx.checker. Returns both paths."""
-    out.mkdir(parents=True, exist_ok=True)
-    path, data = out / MODEL_FILE, out / DATA_FILE
-    data.unlink(missing_ok=True)  # onnx appends to an existing data file
-    onnx.save_model(model, path, save_as_external_data=True, location=DATA_FILE, size_threshold=1024)
-    onnx.checker.check_model(str(path))
-    return [path, data]
 
 
 def write_onnx(decoder: Decoder, checkpoint: Path, out: Path, options: CompileOptions) -> list[Path]:
     """The `onnx` compile target: one model for options.dtype over a cache of options.batch x options.max_positions,
     its linear layers and head in int8 blocks when options.quant is "int8", its attention fused when
-    options.fused_attention."""
-    tensors = load_weights(checkpoint, "np")
-    model = build_model(decoder, tensors, options.dtype, options.batch, options.max_positions, options.quant,
-                        options.fused_attention)  # fmt: skip
-    return save_model(model, Path(out))
+    options.fused_attention. Writes model.onnx and its weights in model.onnx.data beside it, checked by onnx.checker;
+    returns both paths. Each checkpoint tensor is read when its initializer is made and written out at once, so the
+    emit needs about one tensor's memory beyond the process's own, whatever the model's size."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    path, data_path = out / MODEL_FILE, out / DATA_FILE
+    with open(data_path, "wb") as data:
+        emitter = OnnxEmitter(decoder, options.dtype, options.batch, options.max_positions, options.quant,
+                              options.fused_attention, data)  # fmt: skip
+        model = emitter.build(LazyWeights(checkpoint, "np"))
+    onnx.save_model(model, path)
+    onnx.checker.check_model(str(path))
+    return [path, data_path]

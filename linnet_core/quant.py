@@ -23,6 +23,9 @@ from linnet_core.errors import UserError
 # probe), far from 8 bits' 0.99 (KL 1.3e-3) there and too near a wrong answer for a bound to tell them apart at this
 # width (64).
 QUANTS = {"int8": 8}
+# quantize works through a weight this many rows at a time (a Llama 3.2 1B embedding row is 2048 inputs: 32 MiB of
+# float32 temporaries per block)
+QUANTIZE_ROWS = 4096
 
 
 def check_quant(quant: str | None) -> str | None:
@@ -48,10 +51,21 @@ class Quantized:
 
 
 def quantize(weight: np.ndarray, bits: int = 8, group: int | None = None) -> Quantized:
-    """Symmetric round-to-nearest (ties to even, as torch.round) of a float [N, K] weight, computed in float32."""
-    w = np.asarray(weight, dtype=np.float32)
-    n, k = w.shape
+    """Symmetric round-to-nearest (ties to even, as torch.round) of a float [N, K] weight, computed in float32, a
+    block of QUANTIZE_ROWS rows at a time (rows are independent): a float32 temporary of a large embedding would
+    otherwise be several times its size at once."""
+    n, k = weight.shape
     group = group or k
+    values, scales = np.empty((n, k), np.int8), np.empty((n, -(-k // group)), np.float32)
+    for start in range(0, n, QUANTIZE_ROWS):
+        rows = slice(start, start + QUANTIZE_ROWS)
+        values[rows], scales[rows] = quantize_rows(np.asarray(weight[rows], dtype=np.float32), bits, group)
+    return Quantized(values, scales, bits, group)
+
+
+def quantize_rows(w: np.ndarray, bits: int, group: int) -> tuple[np.ndarray, np.ndarray]:
+    """quantize's arithmetic on float32 rows [n, K]: (int8 values [n, K], float32 scales [n, blocks])."""
+    n, k = w.shape
     blocks = -(-k // group)
     padded = np.zeros((n, blocks * group), np.float32)
     padded[:, :k] = w
@@ -60,7 +74,7 @@ def quantize(weight: np.ndarray, bits: int = 8, group: int | None = None) -> Qua
     scales = np.maximum(np.abs(padded.reshape(n, blocks, group)).max(axis=-1), 1e-12) / np.float32(qmax)
     scales = scales.astype(np.float32)
     q = np.clip(np.round(padded.reshape(n, blocks, group) / scales[..., None]), -qmax, qmax)
-    return Quantized(q.reshape(n, -1)[:, :k].astype(np.int8), scales, bits, group)
+    return q.reshape(n, -1)[:, :k].astype(np.int8), scales
 
 
 def onnx_blocks(q: Quantized) -> np.ndarray:

@@ -180,3 +180,44 @@ def test_the_fused_graph_has_a_few_contrib_nodes_a_layer_where_the_plain_one_has
     assert fused["SkipSimplifiedLayerNormalization"] == 2 * layers - 1
     assert not {"GroupQueryAttention", "RotaryEmbedding", "SkipSimplifiedLayerNormalization"} & set(plain)
     assert sum(fused.values()) < sum(plain.values()) / 2
+
+
+EMIT_MEMORY = textwrap.dedent("""
+    import json, re, sys
+    from pathlib import Path
+    from linnet_core.arch import build_decoder
+    from linnet_core.checkpoint import read_config
+    from linnet_core.emit_onnx import write_onnx
+    from linnet_core.targets import CompileOptions
+
+    def status(field):
+        return int(re.search(rf"^{field}:\\s+(\\d+) kB", Path("/proc/self/status").read_text(), re.M).group(1)) * 1024
+
+    checkpoint, out = Path(sys.argv[1]), Path(sys.argv[2])
+    decoder = build_decoder(read_config(checkpoint))
+    before = status("VmRSS")
+    write_onnx(decoder, checkpoint, out, CompileOptions("f32", 64, 1))
+    print(json.dumps({"growth": status("VmHWM") - before}))
+""")
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads the peak resident memory from /proc")
+def test_emitting_a_model_takes_a_fraction_of_its_weights_in_memory(tiny, tmp_path):
+    """write_onnx streams each tensor to the data file as it is made: its peak memory in a fresh process grows by
+    well under the weights' size. Holding them (the arrays, their initializers, onnx.helper's copies into the graph
+    and the model) grew it by about 3.5x the weights on the full-size shapes, more than the running session needs."""
+    import dataclasses
+
+    from linnet_core.checkpoint import synthetic_checkpoint
+
+    # ~60M parameters in f32 (240 MB) over 6 layers: the largest tensor (a fused gate/up) is a tenth of the weights
+    config = dataclasses.replace(tiny.config, vocab_size=8192, hidden_size=1024, intermediate_size=3072,
+                                 num_hidden_layers=6, num_attention_heads=8, num_key_value_heads=2, head_dim=None)  # fmt: skip
+    checkpoint = synthetic_checkpoint("emit-memory", config, "float32", cache=tmp_path)
+    weights = sum(f.stat().st_size for f in checkpoint.glob("*.safetensors"))
+    run = subprocess.run([sys.executable, "-c", EMIT_MEMORY, str(checkpoint), str(tmp_path / "onnx")],
+                         capture_output=True, text=True, timeout=300, check=False)  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    growth = json.loads(run.stdout)["growth"]
+    assert (tmp_path / "onnx" / DATA_FILE).stat().st_size >= weights * 0.95
+    assert growth < 0.5 * weights, f"emitting {weights / 2**20:.0f} MiB of weights grew the process by {growth / 2**20:.0f} MiB"

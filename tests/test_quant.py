@@ -54,6 +54,23 @@ def test_blocks_have_a_scale_each_and_pad_the_last_one():
     np.testing.assert_array_equal(packed.reshape(5, 64)[:, :40].astype(np.int16) - 128, q.values)
 
 
+@pytest.mark.parametrize("group", [None, 32])
+def test_a_weight_quantized_a_block_of_rows_at_a_time_is_quantized_as_a_whole(monkeypatch, group):
+    """quantize walks a weight QUANTIZE_ROWS rows at a time to bound its temporaries; rows are independent, so the
+    blocks (the last one short) give what one pass over every row does, bit for bit. A bf16 input is read as float32."""
+    import ml_dtypes
+
+    from linnet_core import quant
+
+    w = (np.random.default_rng(1).normal(size=(11, 40)) * np.geomspace(1e-3, 1e3, 11)[:, None]).astype(ml_dtypes.bfloat16)
+    whole = quantize(w, group=group)
+    monkeypatch.setattr(quant, "QUANTIZE_ROWS", 4)
+    blocked = quantize(w, group=group)
+    np.testing.assert_array_equal(blocked.values, whole.values)
+    np.testing.assert_array_equal(blocked.scales, whole.scales)
+    assert whole.values.dtype == np.int8 and whole.scales.dtype == np.float32 and len(set(whole.scales[:, 0])) == 11
+
+
 def test_the_generated_module_quantizes_exactly_as_linnet_core_quant(tiny, tiny_checkpoint, tmp_path):
     [path] = write(build_decoder(tiny.config), tiny_checkpoint, tmp_path, CompileOptions(quant="int8"))
     module = import_generated(path)

@@ -620,6 +620,7 @@ def write_onnx(decoder: Decoder, checkpoint: Path, out: Path, options: CompileOp
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     path, data_path = out / MODEL_FILE, out / DATA_FILE
+    path.unlink(missing_ok=True)  # an emit that fails part way leaves no model reading the half-written data
     with open(data_path, "wb") as data:
         emitter = OnnxEmitter(decoder, options.dtype, options.batch, options.max_positions, options.quant,
                               options.fused_attention, data)  # fmt: skip

@@ -221,3 +221,23 @@ def test_emitting_a_model_takes_a_fraction_of_its_weights_in_memory(tiny, tmp_pa
     growth = json.loads(run.stdout)["growth"]
     assert (tmp_path / "onnx" / DATA_FILE).stat().st_size >= weights * 0.95
     assert growth < 0.5 * weights, f"emitting {weights / 2**20:.0f} MiB of weights grew the process by {growth / 2**20:.0f} MiB"
+
+
+def test_an_emit_that_fails_part_way_leaves_no_model_over_its_data(tiny, tiny_checkpoint, tmp_path):
+    """A second emit into the same directory truncates model.onnx.data first; when it then fails (here a checkpoint
+    whose weights file was cut short), the earlier model.onnx must not stay behind reading the half-written data. The
+    error is the checkpoint's, in one line."""
+    import shutil
+
+    from linnet_core.errors import UserError
+
+    decoder, options, out = build_decoder(tiny.config), CompileOptions("f32", 32, 1), tmp_path / "onnx"
+    write_onnx(decoder, tiny_checkpoint, out, options)
+    broken = tmp_path / "broken"
+    shutil.copytree(tiny_checkpoint, broken)
+    weights = next(broken.glob("*.safetensors"))
+    weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])
+    with pytest.raises(UserError, match="unreadable safetensors file") as error:
+        write_onnx(decoder, broken, out, options)
+    assert "\n" not in str(error.value)
+    assert not (out / MODEL_FILE).exists()

@@ -183,21 +183,20 @@ def test_the_fused_graph_has_a_few_contrib_nodes_a_layer_where_the_plain_one_has
 
 
 EMIT_MEMORY = textwrap.dedent("""
-    import json, re, sys
+    import json, sys
     from pathlib import Path
+    import psutil
+    from harness.memory import own_peak_rss_bytes
     from linnet_core.arch import build_decoder
     from linnet_core.checkpoint import read_config
     from linnet_core.emit_onnx import write_onnx
     from linnet_core.targets import CompileOptions
 
-    def status(field):
-        return int(re.search(rf"^{field}:\\s+(\\d+) kB", Path("/proc/self/status").read_text(), re.M).group(1)) * 1024
-
     checkpoint, out = Path(sys.argv[1]), Path(sys.argv[2])
     decoder = build_decoder(read_config(checkpoint))
-    before = status("VmRSS")
+    before = psutil.Process().memory_info().rss
     write_onnx(decoder, checkpoint, out, CompileOptions("f32", 64, 1))
-    print(json.dumps({"growth": status("VmHWM") - before}))
+    print(json.dumps({"growth": own_peak_rss_bytes() - before}))
 """)
 
 

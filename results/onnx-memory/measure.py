@@ -14,11 +14,10 @@ import tempfile
 from pathlib import Path
 
 PHASE = r'''
-import json, re, sys
+import json, sys
 from pathlib import Path
-
-def kib(field):
-    return int(re.search(rf"^{field}:\s+(\d+) kB", Path("/proc/self/status").read_text(), re.M).group(1)) * 1024
+import psutil
+from harness.memory import own_peak_rss_bytes
 
 phase, checkpoint, out, quant = sys.argv[1], Path(sys.argv[2]), Path(sys.argv[3]), sys.argv[4] or None
 if phase == "emit":
@@ -28,16 +27,16 @@ if phase == "emit":
     from linnet_core.targets import CompileOptions
     from linnet_core.ort_engine import fuses_attention
     decoder = build_decoder(read_config(checkpoint))
-    before = kib("VmRSS")
+    before = psutil.Process().memory_info().rss
     options = CompileOptions("f32", 640, 1, quant=quant, fused_attention=fuses_attention("cpu", "f32"))
     write_onnx(decoder, checkpoint, out, options)
 else:
     from linnet_core.ort_engine import OrtEngine
-    before = kib("VmRSS")
+    before = psutil.Process().memory_info().rss
     engine = OrtEngine(out / "model.onnx")
     engine.prefill(0, list(range(1, 65)))
-print(json.dumps({"phase": phase, "start_rss_gib": before / 2**30, "peak_rss_gib": kib("VmHWM") / 2**30,
-                  "rss_after_gib": kib("VmRSS") / 2**30}))
+print(json.dumps({"phase": phase, "start_rss_gib": before / 2**30, "peak_rss_gib": own_peak_rss_bytes() / 2**30,
+                  "rss_after_gib": psutil.Process().memory_info().rss / 2**30}))
 '''
 
 

@@ -95,7 +95,7 @@ class GraphBuilder:
         self.initializers: dict[str, TensorProto] = {}
         self.scope = ""
         self.taken: set[str] = set()
-        self.data = data  # DATA_FILE open for writing: large initializers are written there as they are made
+        self.data = data  # DATA_FILE open for writing: weights are written there as they are made
 
     def fresh(self, name: str) -> str:
         name, n = self.scope + name, 1
@@ -127,7 +127,8 @@ class GraphBuilder:
             t = self.initializers[name]
             assert t.raw_data == array.tobytes() and list(t.dims) == list(array.shape), name
             return name
-        return self.add(TensorProto(name=name, data_type=elem_type, dims=array.shape, doc_string=doc, raw_data=array.tobytes()))
+        t = TensorProto(name=name, data_type=elem_type, dims=array.shape, doc_string=doc, raw_data=array.tobytes())
+        return self.add(t)
 
     def weight(self, name: str, array: np.ndarray, elem_type: int, doc: str = "") -> str:
         """A checkpoint weight from an array already in its ONNX dtype, made once: appended to the data file (when

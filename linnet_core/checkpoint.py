@@ -79,18 +79,23 @@ def weight_files(path: Path) -> list[Path]:
     return files
 
 
-def header_shapes(path: Path) -> dict[str, tuple[int, ...]]:
-    """Tensor shapes from the safetensors headers, without reading the tensors."""
+def tensor_index(path: Path) -> dict[str, tuple[Path, tuple[int, ...]]]:
+    """Each tensor's file and shape, from the safetensors headers, without reading the tensors."""
     from safetensors import SafetensorError, safe_open
 
-    shapes = {}
+    index = {}
     for file in weight_files(path):
         try:
             with safe_open(file, framework="np") as f:
-                shapes |= {name: tuple(f.get_slice(name).get_shape()) for name in f.keys()}
+                index |= {name: (file, tuple(f.get_slice(name).get_shape())) for name in f.keys()}
         except (SafetensorError, OSError, ValueError) as e:
             raise UserError(f"{file}: unreadable safetensors file ({e})") from None
-    return shapes
+    return index
+
+
+def header_shapes(path: Path) -> dict[str, tuple[int, ...]]:
+    """Tensor shapes from the safetensors headers, without reading the tensors."""
+    return {name: shape for name, (_, shape) in tensor_index(path).items()}
 
 
 def load_weights(path: Path, framework: str = "np") -> dict:
@@ -106,18 +111,9 @@ class LazyWeights(Mapping):
     external data) then never holds the whole model. framework is safetensors' ("np" or "pt")."""
 
     def __init__(self, path: Path, framework: str = "np"):
-        from safetensors import SafetensorError, safe_open
-
-        self.framework, self.files = framework, {}
-        shapes = {}
-        for file in weight_files(path):
-            try:
-                with safe_open(file, framework=framework) as f:
-                    for name in f.keys():
-                        self.files[name], shapes[name] = file, tuple(f.get_slice(name).get_shape())
-            except (SafetensorError, OSError, ValueError) as e:
-                raise UserError(f"{file}: unreadable safetensors file ({e})") from None
-        check_weights(path, read_config(path), shapes)
+        index = tensor_index(path)
+        check_weights(path, read_config(path), {name: shape for name, (_, shape) in index.items()})
+        self.framework, self.files = framework, {name: file for name, (file, _) in index.items()}
 
     def __getitem__(self, name: str):
         from safetensors import SafetensorError, safe_open

@@ -289,10 +289,12 @@ class OnnxEmitter:
         return self.g.weight(name, array.T if transpose else array, self.elem, doc)
 
     def array(self, name: str) -> np.ndarray:
-        """A Linnet weight's checkpoint array; a fused weight's parts concatenated along their output dim."""
-        if name in self.parts:
-            return np.concatenate([self.array(part) for part in self.parts[name]])
-        return np.asarray(self.stored[name].take(self.tensors))
+        """A Linnet weight's checkpoint array; a fused weight's parts concatenated along their output dim, each
+        checkpoint tensor read once (Phi-3's q, k and v are rows of one)."""
+        parts = [self.stored[part] for part in self.parts.get(name, [name])]
+        tensors = {part.hf_name: self.tensors[part.hf_name] for part in parts}
+        arrays = [np.asarray(part.take(tensors)) for part in parts]
+        return arrays[0] if len(arrays) == 1 else np.concatenate(arrays)  # one: no copy
 
     def int8_weight(self, name: str) -> tuple[str, str, int, int]:
         """A Linnet weight [N, K] as MatMulNBits' inputs, created on first use: its int8 blocks (linnet_core.quant)

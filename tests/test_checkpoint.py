@@ -18,7 +18,6 @@ def test_synthetic_weights_are_deterministic(tiny, tmp_path):
     assert not np.array_equal(a["model.embed_tokens.weight"], other["model.embed_tokens.weight"])
 
 
-
 def test_two_askers_at_once_write_the_checkpoint_once(tiny, tmp_path, monkeypatch):
     """Two trials on one Ray node or two runs asking for the same weights: the second waits on the first's lock (a real
     file lock) and reads what it wrote, instead of training the same weights again."""
@@ -45,6 +44,7 @@ def test_two_askers_at_once_write_the_checkpoint_once(tiny, tmp_path, monkeypatc
     for asker in askers:
         asker.join(timeout=30)
     assert len(writes) == 1 and len(paths) == 2 and paths[0] == paths[1] == writes[0]
+
 
 def test_synthetic_weights_are_not_trivial(tiny_checkpoint):
     w = checkpoint.load_weights(tiny_checkpoint)

@@ -315,6 +315,8 @@ def trial_metrics(record: dict, outcome: launch.ChildOutcome) -> dict:
         metrics.update(peak_mem_gib=outcome.peak_gpu_bytes / GIB, mem_kind="gpu")
     else:
         metrics.update(peak_mem_gib=outcome.peak_rss_bytes / GIB, mem_kind="host")
+    if outcome.peak_build_rss_bytes:
+        metrics["build_peak_mem_gib"] = outcome.peak_build_rss_bytes / GIB
     metrics["child_s"] = outcome.seconds
     if outcome.other_cpu_share is not None:
         metrics["other_cpu_share"] = outcome.other_cpu_share  # a busy machine is named (memory.busy_note)

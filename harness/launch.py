@@ -29,6 +29,7 @@ class ChildOutcome:
     peak_gpu_bytes: int  # what NVML reported the child holding at its peak (0 without a GPU)
     gpu_present: bool
     other_cpu_share: float | None = None  # the machine's CPU used by other processes meanwhile (memory.MemorySampler)
+    peak_build_rss_bytes: int = 0  # host peak of the row's build steps (runners.base.run_build), kept out of the above
 
 
 def tail(path: Path, chars: int = STDERR_TAIL_CHARS) -> str:
@@ -93,7 +94,8 @@ def run_child(spec: RunSpec, timeout_s: float, on_progress: Callable[[str], None
     else:
         record = json.loads(record_path.read_text())
     peak_rss = max(memory.peak_rss, (record or {}).get("child_max_rss_bytes", 0))
-    return ChildOutcome(record, failure, seconds, peak_rss, memory.peak_gpu, bool(memory.handles), memory.other_cpu_share)
+    return ChildOutcome(record, failure, seconds, peak_rss, memory.peak_gpu, bool(memory.handles), memory.other_cpu_share,
+                        memory.peak_build_rss)  # fmt: skip
 
 
 def signal_name(number: int) -> str:

@@ -13,6 +13,8 @@ from pathlib import Path
 
 import psutil
 
+from runners.base import BUILD_ENV
+
 SAMPLE_EVERY_S = 0.005
 # Above this share of the machine's cores used by other processes while a row ran, its figures are said to have been
 # measured on a busy machine (a demo run beside a server at 100% of one of 2 cores measured 189 tok/s, quiet ~2,500).
@@ -79,17 +81,22 @@ def own_cpu_seconds() -> float:
 
 
 class MemorySampler:
-    """Samples a process tree every few ms on a thread; keeps the peaks. Between entering and leaving (the child
-    having been waited for by then), it also measures what share of the machine's cores processes other than this
-    one, the child and the child's descendants used: other_cpu_share, None when too short to tell."""
+    """Samples a process tree every few ms on a thread; keeps the peaks. A build step's process (runners.base.run_build:
+    an export the engine then loads) is kept apart: its peak is peak_build_rss, and it is in neither peak_rss nor
+    peak_gpu. Between entering and leaving (the child having been waited for by then), it also measures what share of
+    the machine's cores processes other than this one, the child and the child's descendants used: other_cpu_share,
+    None when too short to tell."""
 
     def __init__(self, pid: int):
         self.process = psutil.Process(pid)
         self.handles = nvml_handles()
         self.peak_rss = 0
+        self.peak_build_rss = 0
         self.peak_gpu = 0
         self.other_cpu_share: float | None = None
         self._descendants_cpu: dict[int, float] = {}  # pid -> CPU seconds last seen, below the child
+        self._builds: set[int] = set()  # the pids of build steps' processes
+        self._not_builds: set[int] = set()  # pids known not to be, until the tree is listed again (is_build)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, daemon=True)
 
@@ -119,17 +126,47 @@ class MemorySampler:
             except (psutil.NoSuchProcess, psutil.AccessDenied):
                 pass
 
+    def is_build(self, process: psutil.Process) -> bool:
+        """Whether a process of the tree is a build step's (its environment carries BUILD_ENV). A process forked but not
+        yet exec'd still has its parent's environment, so a "no" is only kept until the tree is listed again."""
+        if process.pid in self._builds:
+            return True
+        if process.pid in self._not_builds:
+            return False
+        try:
+            build = BUILD_ENV in process.environ()
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            return False  # gone, or not ours to read: asked again at the next sample
+        (self._builds if build else self._not_builds).add(process.pid)
+        return build
+
+    def _sample(self, tree: list) -> None:
+        engine = build = 0
+        engine_pids = set()
+        for p in tree:
+            try:
+                rss = p.memory_info().rss
+            except (psutil.NoSuchProcess, psutil.AccessDenied):
+                continue  # a process that just exited
+            if self.is_build(p):
+                build += rss
+            else:
+                engine += rss
+                engine_pids.add(p.pid)
+        self.peak_rss = max(self.peak_rss, engine)
+        self.peak_build_rss = max(self.peak_build_rss, build)
+        if self.handles:
+            self.peak_gpu = max(self.peak_gpu, gpu_bytes(self.handles, engine_pids))
+
     def _loop(self) -> None:
         tree, listed_at = [self.process], 0.0
         while not self._stop.is_set():
             try:
                 if time.monotonic() - listed_at > TREE_EVERY_S:
                     tree, listed_at = [self.process, *self.process.children(recursive=True)], time.monotonic()
+                    self._not_builds.clear()
                     self._note_descendants_cpu(tree[1:])
-                rss = sum(p.memory_info().rss for p in tree if p.is_running())
-                self.peak_rss = max(self.peak_rss, rss)
-                if self.handles:
-                    self.peak_gpu = max(self.peak_gpu, gpu_bytes(self.handles, {p.pid for p in tree}))
+                self._sample(tree)
             except (psutil.NoSuchProcess, psutil.AccessDenied):
-                pass  # a child that just exited: its last sample stands
+                pass  # the child itself just exited: its last sample stands
             time.sleep(SAMPLE_EVERY_S)

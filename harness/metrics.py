@@ -87,6 +87,10 @@ METRICS = (
     Metric("first_call_s", "s", False, "First call", "first call", sampled=False, table=True, judged=False),
     Metric("peak_mem_gib", "GiB", False, "Peak memory", "mem", sampled=False, column="GiB", chart=True, table=True,
            memory=True, better="smaller", worse="larger"),  # fmt: skip
+    # the host memory of the files the engine loads being written (runners.base.run_build: an ONNX or GGUF export),
+    # in a process of its own: a user makes them once, apart, so they are not in the engine's peak memory above
+    Metric("build_peak_mem_gib", "GiB", False, "Export peak memory", "export mem", sampled=False, judged=False,
+           better="smaller", worse="larger"),  # fmt: skip
     # a GPU's energy over the timed runs per generated token (harness/energy.py)
     Metric("energy_j_per_tok", "J/tok", False, "Energy per token", "energy", sampled=True, table=True,
            better="less", worse="more"),  # fmt: skip

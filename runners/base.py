@@ -3,11 +3,33 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
+import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, AsyncIterator
 
 import numpy as np
+
+
+# Set in the environment of a row's build step (harness/memory.py reads it): an export the engine then loads.
+BUILD_ENV = "LINNET_BENCH_BUILD"
+
+
+def run_build(args: list[str]) -> float:
+    """Runs `linnet ARGS` (an export or compile the engine then loads) in a process of its own; returns its seconds.
+
+    A user makes such files once, apart from the engine, so their memory is not the engine's: the harness's sampler
+    tells the build's process by BUILD_ENV, reports its peak apart (build_peak_mem_gib) and leaves it out of the
+    row's peak memory. Its time stays in the row's load time."""
+    start = time.perf_counter()
+    done = subprocess.run([sys.executable, "-m", "linnet_core.cli", *args], capture_output=True, text=True,
+                          check=False, env={**os.environ, BUILD_ENV: args[0]})  # fmt: skip
+    if done.returncode != 0:
+        raise RuntimeError(f"linnet {' '.join(args[:2])} failed: {(done.stdout + done.stderr)[-1500:]}")
+    return time.perf_counter() - start
 
 
 class RowRefused(Exception):

@@ -1,16 +1,14 @@
 """Linnet on ONNX Runtime (rows linnet-ort-f32, -f16, -bf16): the emitted ONNX graph in the dtype its registry entry
 names (runners/__init__.py), run by linnet_core.ort_engine on the CPU execution provider, or the CUDA one (IO binding, buffers on the
-GPU) when the run is on a GPU. Loading emits and writes the model; the first call builds the session."""
+GPU) when the run is on a GPU. Loading writes the model (`linnet compile --target onnx`, in a process of its own); the
+first call builds the session."""
 
 from __future__ import annotations
 
 import time
 
-from linnet_core.checkpoint import read_config
-from linnet_core.emit_onnx import INT8_ACCURACY_LEVEL, INT8_BLOCK, write_onnx
-from linnet_core.arch import build_decoder
+from linnet_core.emit_onnx import INT8_ACCURACY_LEVEL, INT8_BLOCK, MODEL_FILE
 from linnet_core.ort_engine import PROVIDER_LABELS, OrtEngine, SessionSettings, fuses_attention, why_unavailable
-from linnet_core.targets import CompileOptions
 from runners import RUNNERS, base
 
 
@@ -38,19 +36,22 @@ class Runner(base.EngineRunner):
 
     def load(self):
         provider = self.provider_for(self.spec)
-        decoder = build_decoder(read_config(self.spec.checkpoint))
         fused = fuses_attention(provider, self.dtype)
-        options = CompileOptions(dtype=self.dtype, max_positions=self.spec.max_positions, batch=1, quant=self.quant,
-                                 fused_attention=fused)  # fmt: skip
         out = self.spec.work / f"onnx-{self.dtype}{'-' + self.quant if self.quant else ''}"
-        self.model_path = write_onnx(decoder, self.spec.checkpoint, out, options)[0]
+        emit_s = base.run_build(["compile", self.spec.checkpoint, "--target", "onnx", "--out", str(out),
+                                 "--dtype", self.dtype, "--max-positions", str(self.spec.max_positions),
+                                 *(["--quant", self.quant] if self.quant else []),
+                                 *(["--fused-attention"] if fused else [])])  # fmt: skip
+        self.model_path = out / MODEL_FILE
+        self.metrics["export_s"] = emit_s
         trt_cache = self.spec.work / "trt-cache"
         trt_cache.mkdir(parents=True, exist_ok=True)
         self.settings = SessionSettings(provider=provider, trt_cache=str(trt_cache), trt_dtype=self.dtype)
         self.engine: OrtEngine | None = None
         self.notes += [
-            (f"{self.dtype}; ONNX Runtime's {PROVIDER_LABELS[provider]} execution provider; load emits and writes "
-             "the ONNX model, the first call builds the session"),
+            (f"{self.dtype}; ONNX Runtime's {PROVIDER_LABELS[provider]} execution provider; load writes the ONNX "
+             f"model with `linnet compile --target onnx` in a process of its own ({emit_s:.1f} s, included in load "
+             "time), the first call builds the session"),
             ("one graph for prefill and decode; KV cache, last token and position stay in ONNX Runtime buffers fed "
              "back by IO binding: only the next token id crosses to the host per step"),
         ]  # fmt: skip

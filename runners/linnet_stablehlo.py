@@ -4,9 +4,7 @@ model code: only linnet_core.stablehlo_engine, the small loader of serialized fu
 
 from __future__ import annotations
 
-import subprocess
 import sys
-import time
 
 from linnet_core.stablehlo_engine import load_engine
 from runners import _jax, base
@@ -20,19 +18,13 @@ class Runner(base.EngineRunner):
         return _jax.unavailable(spec)
 
     def compile(self):
-        """Writes the artefacts with the `linnet` CLI in a child process; returns (directory, seconds)."""
+        """Writes the artefacts with the `linnet` CLI in a process of its own (base.run_build); returns (directory,
+        seconds)."""
         out = self.spec.work / "stablehlo"
-        command = [
-            # the checkpoint directory stands for the model: its config.json says what to compile
-            sys.executable, "-m", "linnet_core.cli", "compile", self.spec.checkpoint, "--target", "stablehlo",
-            "--out", str(out), "--dtype", self.spec.dtype,
-            "--max-positions", str(self.spec.max_positions),
-        ]  # fmt: skip
-        start = time.perf_counter()
-        done = subprocess.run(command, capture_output=True, text=True, check=False)
-        if done.returncode != 0:
-            raise RuntimeError(f"linnet compile --target stablehlo failed: {(done.stdout + done.stderr)[-1500:]}")
-        return out, time.perf_counter() - start
+        # the checkpoint directory stands for the model: its config.json says what to compile
+        seconds = base.run_build(["compile", self.spec.checkpoint, "--target", "stablehlo", "--out", str(out),
+                                  "--dtype", self.spec.dtype, "--max-positions", str(self.spec.max_positions)])  # fmt: skip
+        return out, seconds
 
     def load(self):
         self.device = _jax.device(self)

@@ -1,5 +1,6 @@
-"""llama.cpp on Linnet's GGUF: the checkpoint exported by linnet_core.gguf in the child at load, then run by
-llama.cpp through llama-cpp-python's bindings of its C API, every layer on the GPU where the build has one.
+"""llama.cpp on Linnet's GGUF: the checkpoint exported by `linnet export gguf` at load, in a process of its own (a
+user converts a model once, apart: its memory is not llama.cpp's), then run by llama.cpp through llama-cpp-python's
+bindings of its C API, every layer on the GPU where the build has one.
 
 The C API (not the high-level `Llama` class) because it is where llama.cpp's own settings live: weight
 repacking (`use_extra_bufts`) is a model parameter the class does not expose, and reading the last row of
@@ -9,13 +10,11 @@ from __future__ import annotations
 
 import logging
 import os
-import time
 from dataclasses import dataclass, fields
 from pathlib import Path
 
 import llama_cpp
 import numpy as np
-import torch  # noqa: F401  # the export reads the checkpoint through torch: imported here, so it is not timed as export
 
 from linnet_core import gguf as linnet_gguf
 from linnet_core.checkpoint import read_config
@@ -92,11 +91,10 @@ class Runner(base.Runner):
 
     def load(self):
         self.settings = Settings.from_spec(self.spec, self.gguf_dtype)
-        start = time.perf_counter()
-        path = linnet_gguf.export(Path(self.spec.checkpoint), self.spec.work / "model.gguf", self.settings.gguf_dtype)
-        export_s = time.perf_counter() - start
+        path = self.spec.work / "model.gguf"
+        export_s = base.run_build(["export", "gguf", self.spec.checkpoint, str(path), "--dtype", self.settings.gguf_dtype])
         self.metrics["export_s"] = export_s
-        self.notes.append(f"linnet.gguf.export ({export_s:.1f} s, included in load time)")
+        self.notes.append(f"`linnet export gguf` in a process of its own ({export_s:.1f} s, included in load time)")
         self.notes.append(self.settings.describe())
         logging.getLogger("llama-cpp-python").setLevel(logging.WARNING)  # llama.cpp logs every tensor otherwise
         self.session = Session(path, self.spec.max_positions, self.settings, on_gpu=self.spec.device == "cuda")

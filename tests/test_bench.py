@@ -251,6 +251,25 @@ def test_the_sampler_counts_other_processes_cpu_and_not_the_run_s_own():
     assert sampler.other_cpu_share * wall * cores <= machine_seconds - 1.0, (sampler.other_cpu_share, machine_seconds)
 
 
+def test_a_build_step_s_memory_is_kept_apart_from_the_engine_s():
+    """A process whose environment carries BUILD_ENV (runners.base.run_build: an export the engine then loads) is a
+    step a user takes once, apart: its memory is the build's peak, in neither the engine's host nor GPU peak."""
+    from harness.memory import MemorySampler
+    from runners.base import BUILD_ENV
+
+    hold = "import time\nblock = b'x' * ({} << 20)\ntime.sleep(1.5)"
+    child_code = ("import os, subprocess, sys\n"
+                  f"subprocess.run([sys.executable, '-c', {hold.format(600)!r}], check=True, "
+                  f"env={{**os.environ, {BUILD_ENV!r}: 'export'}})\n"
+                  f"exec({hold.format(200)!r})")  # fmt: skip
+    child = subprocess.Popen([sys.executable, "-c", child_code])
+    with MemorySampler(child.pid) as sampler:
+        child.wait()
+    assert child.returncode == 0
+    assert sampler.peak_build_rss >= 600 << 20, sampler.peak_build_rss / 2**20
+    assert 200 << 20 <= sampler.peak_rss < 400 << 20, sampler.peak_rss / 2**20
+
+
 # ---- signals and bad options ----------------------------------------------------------------------------------------
 
 

@@ -107,3 +107,4 @@ def test_the_linnet_stablehlo_row_matches_the_reference(tiny, tmp_path):
     assert 0 < row.distance <= 1e-4
     assert row.tokens_agree == get_profile("quick").new_tokens
     assert row.metrics["compile_s"] > 0 and any("separate process" in n for n in row.notes)
+    assert row.metrics["build_peak_mem_gib"] > 0.05  # the compile's memory, apart from the row's peak

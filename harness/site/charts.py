@@ -69,7 +69,8 @@ def memory_description(kind: str, hidden: list[Row]) -> str:
     if kind == "gpu":
         text = "What the driver reports the process holding at its peak, in GiB"
     else:
-        text = "The process's peak resident memory (RSS), sampled from outside, in GiB"
+        text = ("The process's peak resident memory (RSS), sampled from outside, in GiB (the engine's: an ONNX or GGUF "
+                "file written for it is written by a process apart)")  # fmt: skip
     text += "; lower is better; the best bar is red."
     if hidden:
         names = ", ".join(r.label for r in hidden)

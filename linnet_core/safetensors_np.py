@@ -10,7 +10,9 @@ from __future__ import annotations
 
 def read_safetensors(directory, names):
     """{name: numpy array} for each name, read (memory-mapped) from directory/*.safetensors. A name
-    "tensor[start:stop]" is those rows of the tensor's first axis (one part of a fused tensor)."""
+    "tensor[start:stop]" is those rows of the tensor's first axis (one part of a fused tensor). Each tensor is a
+    mapping of its own, so the file's pages leave the process with the arrays that read them: a caller that pops
+    each array as it uses it holds the checkpoint one tensor at a time, not whole beside its weights."""
     import json
     import re
     from pathlib import Path
@@ -23,14 +25,17 @@ def read_safetensors(directory, names):
     tensor_of = {name: part.group(1) if part else name for name, part in parts.items()}
     wanted, found = set(tensor_of.values()), {}
     for file in sorted(Path(directory).glob("*.safetensors")):
-        data = np.memmap(file, dtype=np.uint8, mode="r")
-        header_len = int.from_bytes(data[:8].tobytes(), "little")
-        header = json.loads(data[8 : 8 + header_len].tobytes())
-        body = data[8 + header_len :]
+        with open(file, "rb") as f:
+            header_len = int.from_bytes(f.read(8), "little")
+            header = json.loads(f.read(header_len))
         for name, info in header.items():
             if name in wanted:
                 begin, end = info["data_offsets"]
-                found[name] = body[begin:end].view(dtypes[info["dtype"]]).reshape(info["shape"])
+                dtype = np.dtype(dtypes[info["dtype"]])
+                count = (end - begin) // dtype.itemsize
+                flat = (np.memmap(file, dtype=dtype, mode="r", offset=8 + header_len + begin, shape=(count,))
+                        if count else np.zeros(0, dtype))  # fmt: skip
+                found[name] = flat.reshape(info["shape"])
     missing = sorted(wanted - found.keys())
     if missing:
         raise KeyError(f"{directory}: the checkpoint lacks tensor {missing[0]}")

@@ -115,5 +115,6 @@ def load_engine(artefacts: Path, checkpoint: Path, device=None) -> Engine:
     dtype = jnp.dtype(manifest["dtype"])
     sources = [w["hf_names"] for w in manifest["weights"]]
     tensors = read_safetensors(checkpoint, [hf for hfs in sources for hf in hfs])
-    weights = [jax.device_put(np.concatenate([tensors[hf] for hf in hfs]).astype(dtype), device) for hfs in sources]
+    # each tensor dropped once placed, so its file pages leave the process (read_safetensors)
+    weights = [jax.device_put(np.concatenate([tensors.pop(hf) for hf in hfs]).astype(dtype), device) for hfs in sources]
     return Engine(manifest, functions, weights, device)

@@ -209,7 +209,7 @@ def test_emitting_a_model_takes_a_fraction_of_its_weights_in_memory(tiny, tmp_pa
 
     from linnet_core.checkpoint import synthetic_checkpoint
 
-    # ~60M parameters in f32 (240 MB) over 6 layers: the largest tensor (a fused gate/up) is a tenth of the weights
+    # ~80M parameters in f32 (308 MiB) over 6 layers: the largest tensor (a fused gate/up) is a tenth of the weights
     config = dataclasses.replace(tiny.config, vocab_size=8192, hidden_size=1024, intermediate_size=3072,
                                  num_hidden_layers=6, num_attention_heads=8, num_key_value_heads=2, head_dim=None)  # fmt: skip
     checkpoint = synthetic_checkpoint("emit-memory", config, "float32", cache=tmp_path)

@@ -35,6 +35,9 @@ class LinnetTorchRunner(base.EngineRunner):
                                     dtype=spec.dtype, mode=self.mode)  # fmt: skip
         self.notes.append(f"KV cache compiled for {spec.max_positions} positions")
         self.notes.append(decode_note(self.engine))
+        if self.engine.weights_in_huge_pages:
+            self.notes.append(f"weights read and copied into 2 MiB pages in {self.engine.weights_s:.1f} s of the load "
+                              "time (a VM may back a fresh huge page slowly: DESIGN.md)")  # fmt: skip
         if self.quant:
             how = ("torch's int8 weight-pack matmul" if self.mode != "inductor" else
                    "one fused inductor pass over the int8 weight")  # fmt: skip

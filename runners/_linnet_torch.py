@@ -35,9 +35,10 @@ class LinnetTorchRunner(base.EngineRunner):
                                     dtype=spec.dtype, mode=self.mode)  # fmt: skip
         self.notes.append(f"KV cache compiled for {spec.max_positions} positions")
         self.notes.append(decode_note(self.engine))
+        self.metrics["weights_s"] = self.engine.weights_s  # the part of the load time that reads and places them
         if self.engine.weights_in_huge_pages:
-            self.notes.append(f"weights read and copied into 2 MiB pages in {self.engine.weights_s:.1f} s of the load "
-                              "time (a VM may back a fresh huge page slowly: DESIGN.md)")  # fmt: skip
+            self.notes.append("load time includes the weights' copy into 2 MiB pages (weights_s), whose first touch a VM "
+                              "may back far more slowly than small pages' (DESIGN.md)")  # fmt: skip
         if self.quant:
             how = ("torch's int8 weight-pack matmul" if self.mode != "inductor" else
                    "one fused inductor pass over the int8 weight")  # fmt: skip

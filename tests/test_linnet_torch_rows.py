@@ -45,6 +45,6 @@ def test_rows_that_run_here_match_the_reference(runner, rows):
     assert f"KV cache compiled for {QUICK.max_positions} positions" in row.notes
     assert any("tokens to the host once per decode" in note for note in row.notes)  # generate(): no per-token sync
     assert row.metrics["decode_tok_s"] > 0 and row.metrics["load_s"] > 0
-    if not torch.cuda.is_available():  # the weights' copy into huge pages, named with its share of the load
-        [placed] = [note for note in row.notes if note.startswith("weights read and copied into 2 MiB pages in ")]
-        assert 0 <= float(placed.split(" in ")[1].split(" s ")[0]) <= row.metrics["load_s"]
+    assert 0 < row.metrics["weights_s"] < row.metrics["load_s"]  # reading and placing the weights: a part of the load
+    if not torch.cuda.is_available():
+        assert any(note.startswith("load time includes the weights' copy into 2 MiB pages") for note in row.notes)

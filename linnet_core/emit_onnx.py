@@ -41,7 +41,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper
 
-from linnet_core.checkpoint import LazyWeights
+from linnet_core.checkpoint import LazyWeights, numpy_on_small_pages
 from linnet_core.fuse import Fused, parallel_linears
 from linnet_core.graph import Decoder, Op
 from linnet_core.quant import onnx_blocks, quantize
@@ -624,7 +624,7 @@ def write_onnx(decoder: Decoder, checkpoint: Path, out: Path, options: CompileOp
     out.mkdir(parents=True, exist_ok=True)
     path, data_path = out / MODEL_FILE, out / DATA_FILE
     path.unlink(missing_ok=True)  # an emit that fails part way leaves no model reading the half-written data
-    with open(data_path, "wb") as data:
+    with numpy_on_small_pages(), open(data_path, "wb") as data:
         emitter = OnnxEmitter(decoder, options.dtype, options.batch, options.max_positions, options.quant,
                               options.fused_attention, data)  # fmt: skip
         model = emitter.build(LazyWeights(checkpoint, "np"))

@@ -50,17 +50,18 @@ def export(source: Path, out: Path, dtype: str = "f32", name: str | None = None)
     arch = arch_of(config)
     tmp = temporary_sibling(out)
     try:
-        tensors = checkpoint.load_weights(source, framework="pt")  # "pt": bf16 checkpoints have no numpy dtype
-        vocabulary = read_vocabulary(source, config)
-        writer = gguf.GGUFWriter(tmp, gguf.MODEL_ARCH_NAMES[arch])
-        write_hyperparameters(writer, config, dtype, name or source.name)
-        write_vocabulary(writer, vocabulary, source, config)
-        for gguf_name, array, qtype in gguf_tensors(tensors, config, dtype):
-            writer.add_tensor(gguf_name, array, raw_dtype=qtype)
-        writer.write_header_to_file()
-        writer.write_kv_data_to_file()
-        writer.write_tensors_to_file()
-        writer.close()
+        with checkpoint.numpy_on_small_pages():
+            tensors = checkpoint.load_weights(source, framework="pt")  # "pt": bf16 checkpoints have no numpy dtype
+            vocabulary = read_vocabulary(source, config)
+            writer = gguf.GGUFWriter(tmp, gguf.MODEL_ARCH_NAMES[arch])
+            write_hyperparameters(writer, config, dtype, name or source.name)
+            write_vocabulary(writer, vocabulary, source, config)
+            for gguf_name, array, qtype in gguf_tensors(tensors, config, dtype):
+                writer.add_tensor(gguf_name, array, raw_dtype=qtype)
+            writer.write_header_to_file()
+            writer.write_kv_data_to_file()
+            writer.write_tensors_to_file()
+            writer.close()
         os.replace(tmp, out)
     except OSError as e:
         raise UserError(f"{out}: cannot write the GGUF file ({e.strerror or e})") from None

@@ -1,5 +1,6 @@
 import dataclasses
 import json
+import os
 
 import numpy as np
 import pytest
@@ -159,3 +160,59 @@ def test_a_full_size_shapes_random_weights_round_in_bf16_as_a_real_checkpoint_do
     assert (truth.argmax(-1) == probe[0].numpy()).mean() < 0.1  # the input token is not the answer
     # measured (256 random tokens, full vocabularies): distance 0.44 and 0.42, KL 2.6e-3 and 2.1e-3, top-1 0.93 and 0.95
     assert rounded.kl_mean < 1e-2 and rounded.top1_agree > 0.85, rounded
+
+
+def numpy_advises_huge_pages() -> bool:
+    from numpy._core.multiarray import _set_madvise_hugepage
+
+    state = _set_madvise_hugepage(True)
+    _set_madvise_hugepage(state)
+    return state
+
+
+def huge_page_kib(array: np.ndarray) -> int:
+    """AnonHugePages of the mapping that holds the middle of array's data, from /proc/self/smaps (numpy advises from
+    the first whole 4 KiB page, so its first page is a mapping of its own)."""
+    address, inside = array.ctypes.data + array.nbytes // 2, False
+    for line in open("/proc/self/smaps"):
+        head = line.split()[0]
+        if "-" in head and not head.endswith(":"):
+            start, end = (int(bound, 16) for bound in head.split("-"))
+            inside = start <= address < end
+        elif inside and head == "AnonHugePages:":
+            return int(line.split()[1])
+    raise AssertionError("no mapping holds the array")
+
+
+THP = "/sys/kernel/mm/transparent_hugepage/enabled"
+
+
+@pytest.mark.skipif(not os.path.exists(THP) or "[madvise]" not in open(THP).read() or not numpy_advises_huge_pages(),
+                    reason="huge pages here are not numpy's choice (THP off or always, or NUMPY_MADVISE_HUGEPAGE=0)")
+def test_a_conversions_arrays_are_on_small_pages_and_numpys_choice_comes_back(tiny):
+    """numpy_on_small_pages keeps a large array off 2 MiB pages, which numpy asks Linux for outside it, and puts numpy's
+    setting back when it ends. The kernel's own account of each array's mapping says which it got."""
+    with checkpoint.numpy_on_small_pages():
+        inside = np.ones(4 << 20)  # 32 MiB: numpy advises huge pages from 4 MiB
+        assert not numpy_advises_huge_pages()
+    outside = np.ones(4 << 20)
+    assert huge_page_kib(inside) == 0
+    assert huge_page_kib(outside) > 0
+    assert numpy_advises_huge_pages()
+
+
+def test_the_onnx_emit_and_the_gguf_export_read_their_weights_on_small_pages(tiny_checkpoint, tmp_path, monkeypatch):
+    from linnet_core import gguf
+    from linnet_core.arch import build_decoder
+    from linnet_core.emit_onnx import write_onnx
+    from linnet_core.targets import CompileOptions
+
+    advised = []
+    read, load = checkpoint.LazyWeights.__getitem__, checkpoint.load_weights
+    monkeypatch.setattr(checkpoint.LazyWeights, "__getitem__", lambda *a: advised.append(numpy_advises_huge_pages()) or read(*a))
+    write_onnx(build_decoder(checkpoint.read_config(tiny_checkpoint)), tiny_checkpoint, tmp_path / "onnx",
+               CompileOptions("f32", 32, 1))  # fmt: skip
+    monkeypatch.setattr(checkpoint, "load_weights", lambda *a, **k: advised.append(numpy_advises_huge_pages()) or load(*a, **k))
+    gguf.export(tiny_checkpoint, tmp_path / "tiny.gguf")
+    assert len(advised) > 2 and not any(advised)
+    assert numpy_advises_huge_pages()

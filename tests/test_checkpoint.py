@@ -1,6 +1,6 @@
 import dataclasses
 import json
-import os
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -184,12 +184,12 @@ def huge_page_kib(array: np.ndarray) -> int:
     raise AssertionError("no mapping holds the array")
 
 
-THP = "/sys/kernel/mm/transparent_hugepage/enabled"
+THP = Path("/sys/kernel/mm/transparent_hugepage/enabled")
 
 
-@pytest.mark.skipif(not os.path.exists(THP) or "[madvise]" not in open(THP).read() or not numpy_advises_huge_pages(),
+@pytest.mark.skipif(not THP.exists() or "[madvise]" not in THP.read_text() or not numpy_advises_huge_pages(),
                     reason="huge pages here are not numpy's choice (THP off or always, or NUMPY_MADVISE_HUGEPAGE=0)")
-def test_a_conversions_arrays_are_on_small_pages_and_numpys_choice_comes_back(tiny):
+def test_a_conversions_arrays_are_on_small_pages_and_numpys_choice_comes_back():
     """numpy_on_small_pages keeps a large array off 2 MiB pages, which numpy asks Linux for outside it, and puts numpy's
     setting back when it ends. The kernel's own account of each array's mapping says which it got."""
     with checkpoint.numpy_on_small_pages():

@@ -1,4 +1,5 @@
-"""Why a fresh 2 MiB page is slow to touch on this VM (measure.py beside this), while a fresh 4 KiB page is not.
+"""Why a fresh 2 MiB page is slow to touch on this VM (measure.py beside this), and why memory freed a moment before
+is not.
 
 The lead: this VM's balloon reports free memory to the host (virtio-balloon free page reporting): a free block of
 2^page_reporting_order pages that stays free for about 2 s is handed back to the host, which drops its backing. The
@@ -11,37 +12,22 @@ reports at its default, 9: 2 MiB, exactly a huge page.
    once it has been reported (over 2 s).
 3. With --unbind (root; the machine is changed for the measurement's length and put back): the balloon's driver unbound,
    so that nothing is reported; 12 GiB touched on 4 KiB pages and freed, so that free memory is backed again; then
-   the same touches after 6 s. If reporting is the cause, huge pages are now as fast as 4 KiB pages.
+   the same touches after 6 s. If reporting is the cause, huge pages are now at least as fast as 4 KiB pages.
 
     .venv/bin/python results/huge-pages/reporting.py [--unbind] > results/huge-pages/<date>-reporting.txt
 """
 
 from __future__ import annotations
 
-import mmap
 import sys
 import time
 from pathlib import Path
 
-import numpy as np
+sys.path.insert(0, str(Path(__file__).parent))
+from measure import GIB, first_touch  # noqa: E402
 
-GIB = 1 << 30
 BALLOON = Path("/sys/bus/virtio/drivers/virtio_balloon")
 FREE_PAGE_REPORTING = 5  # the feature bit (virtio spec, 5.5.3)
-
-
-def touch(gib: int, huge: bool) -> float:
-    """Seconds to write one byte in every 4 KiB of a fresh `gib` GiB private mapping (advised for 2 MiB pages or not)."""
-    area = mmap.mmap(-1, gib * GIB, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
-    if huge:
-        area.madvise(mmap.MADV_HUGEPAGE)
-    view = np.frombuffer(area, dtype=np.uint8)
-    start = time.perf_counter()
-    view[::4096] = 1
-    seconds = time.perf_counter() - start
-    del view
-    area.close()
-    return seconds
 
 
 def show(label: str, seconds: float, gib: int = 1) -> None:
@@ -64,9 +50,9 @@ def after_free(waits: tuple[float, ...]) -> None:
     print("2. 1 GiB first touch, `wait` s after 1 GiB on 4 KiB pages was freed")
     for wait in waits:
         for huge in (True, False):
-            touch(1, huge=False)  # backed memory, freed on return
+            first_touch(False)  # backed memory, freed on return
             time.sleep(wait)
-            show(f"wait {wait:4.1f} s, {'2 MiB' if huge else '4 KiB'} pages", touch(1, huge))
+            show(f"wait {wait:4.1f} s, {'2 MiB' if huge else '4 KiB'} pages", first_touch(huge))
 
 
 def unbound() -> None:
@@ -75,10 +61,10 @@ def unbound() -> None:
     for name in devices:
         (BALLOON / "unbind").write_text(name)
     try:
-        show("12 GiB on 4 KiB pages", touch(12, huge=False), 12)
+        show("12 GiB on 4 KiB pages", first_touch(False, gib=12), 12)
         for huge in (True, False) * 3:
             time.sleep(6)
-            show(f"after 6 s, {'2 MiB' if huge else '4 KiB'} pages", touch(1, huge))
+            show(f"after 6 s, {'2 MiB' if huge else '4 KiB'} pages", first_touch(huge))
     finally:
         for name in devices:
             (BALLOON / "bind").write_text(name)

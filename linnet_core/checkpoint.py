@@ -111,9 +111,8 @@ def numpy_on_small_pages() -> Iterator[None]:
     """numpy's new arrays on 4 KiB pages for the length of a conversion (the ONNX emit, the GGUF export), where numpy
     otherwise asks Linux to back every array of 4 MiB or more with 2 MiB pages (MADV_HUGEPAGE). A conversion reads
     each array once, so huge pages buy it nothing; and where a VM hands its free 2 MiB blocks back to its host
-    (virtio-balloon free page reporting), a fresh huge page is slow to touch. On this project's VM the int8 ONNX emit
-    of the 0.5B shape took 26-33 s with them and 12-13 s without; its GGUF exports took as long either way
-    (results/huge-pages/)."""
+    (virtio-balloon free page reporting), a fresh huge page is slow to touch: DESIGN.md gives what it cost the
+    exports on this project's VM (results/huge-pages/)."""
     try:
         from numpy._core.multiarray import _set_madvise_hugepage  # numpy 2
     except ImportError:  # numpy 1.26

@@ -40,15 +40,20 @@ class LinnetTorchRunner(base.EngineRunner):
             self.notes.append("load time includes the weights' copy into 2 MiB pages (weights_s), whose first touch a VM "
                               "may back far more slowly than small pages' (DESIGN.md)")  # fmt: skip
         if self.quant:
-            how = ("torch's int8 weight-pack matmul" if self.mode != "inductor" else
-                   "one fused inductor pass over the int8 weight")  # fmt: skip
-            self.notes.append(f"weights int8, one scale per output channel, activations {spec.dtype}; decode: {how}; "
-                              "prefill: dequantized weights")  # fmt: skip
+            self.notes.append(f"weights int8, one scale per output channel, activations {spec.dtype}; "
+                              f"decode: {int8_decode(module, self.mode)}; prefill: dequantized weights")  # fmt: skip
 
     def close(self):
         self.engine = None
         if torch.cuda.is_available():
             torch.cuda.empty_cache()
+
+
+def int8_decode(module, mode: str) -> str:
+    """What a quantized engine's decode steps multiply with, as the module was loaded."""
+    if module.cpu_matvec_loaded:  # a CPU's f32 engine over matrices big enough for the kernel (Engine.__init__)
+        return "matvec_int8, Linnet's AVX-512 int8 matrix-vector kernel"
+    return "torch's int8 weight-pack matmul" if mode != "inductor" else "one fused inductor pass over the int8 weight"
 
 
 def decode_note(engine) -> str:

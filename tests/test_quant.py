@@ -3,15 +3,22 @@ the rows that run them against the reference, and the flag's hostile inputs."""
 
 from __future__ import annotations
 
+import contextlib
+import math
+import re
 import shutil
 import subprocess
 import sys
+from unittest import mock
 
 import numpy as np
 import onnx
 import pytest
 import torch
+import torch.nn.functional as F
 from safetensors.numpy import load_file, save_file
+from torch._inductor.graph import GraphLowering
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from harness.accuracy import accuracy
 from harness.bench import BenchSettings, run_bench
@@ -29,6 +36,7 @@ from linnet_core.targets import CompileOptions
 from runners import RUNNERS
 
 INT8_ROWS = ["linnet-torch-int8", "linnet-inductor-int8", "linnet-ort-int8"]
+AVX512 = torch.backends.cpu.get_cpu_capability().startswith("AVX512")
 
 
 def test_per_channel_int8_rounds_each_row_to_its_own_scale():
@@ -147,6 +155,94 @@ def assert_int8_matches_dequantized(entry, checkpoint, dequantized, tmp_path, mo
     bf16 = ACCURACY_BOUNDS["bf16"]
     measured = accuracy(reference, logits)
     assert measured.kl_mean <= bf16.kl_mean and measured.top1_agree >= bf16.top1_agree, measured
+
+
+@pytest.fixture(scope="module")
+def int8_module(tiny, tiny_checkpoint, tmp_path_factory):
+    out = tmp_path_factory.mktemp("int8")
+    [path] = write(build_decoder(tiny.config), tiny_checkpoint, out, CompileOptions(quant="int8"))
+    return import_generated(path)
+
+
+@pytest.mark.skipif(not AVX512, reason="matvec_int8 runs on AVX-512 CPUs only")
+@pytest.mark.parametrize("rows, n, k", [(1, 5, 1), (1, 37, 17), (3, 64, 100), (8, 130, 2049), (2, 7, 4867),
+                                         (1, 896, 64)])
+def test_int8_decode_rows_on_an_avx512_cpu_run_in_the_matvec_kernel(int8_module, rows, n, k, monkeypatch):
+    """Every row length (whole 64-byte lines, the tail past them, a row shorter than one) and up to MATVEC_ROWS rows,
+    against a float64 product with the dequantized weight: the kernel sums in its own order, so within f32 rounding.
+    linear_int8 takes it for a decode's few f32 rows over a weight of MATVEC_MIN_WEIGHTS or more."""
+    module = int8_module
+    gen = torch.Generator().manual_seed(rows * n + k)
+    x, bias = torch.randn(1, rows, k, generator=gen), torch.randn(n, generator=gen)
+    q, scales = module.quantize_int8(torch.randn(n, k, generator=gen) * torch.linspace(0.1, 10, n)[:, None])
+    assert module.load_cpu_matvec()
+    for b in (None, bias):
+        y = torch.ops.linnet_cpu.matvec_int8(x[0], q, scales, b)
+        exact = F.linear(x[0].double(), q.double() * scales.double()[:, None], None if b is None else b.double())
+        torch.testing.assert_close(y.double(), exact, atol=1e-5 * math.sqrt(k), rtol=1e-5)
+        monkeypatch.setattr(module, "MATVEC_MIN_WEIGHTS", n * k)
+        assert torch.equal(module.linear_int8(x, q, scales, b)[0], y)
+        many = torch.randn(1, module.UPCAST_ROWS + 1, k, generator=gen)  # a prefill's rows: the dequantized product
+        expected = F.linear(many, q.float()) * scales if b is None else F.linear(many, q.float()) * scales + b
+        assert torch.equal(module.linear_int8(many, q, scales, b), expected)
+        monkeypatch.undo()
+
+
+@pytest.mark.skipif(not AVX512, reason="matvec_int8 runs on AVX-512 CPUs only")
+def test_the_int8_matvec_kernel_refuses_what_it_cannot_multiply(int8_module):
+    assert int8_module.load_cpu_matvec()
+    matvec, x = torch.ops.linnet_cpu.matvec_int8, torch.ones(1, 8)
+    q, scales = torch.ones(4, 8, dtype=torch.int8), torch.ones(4)
+    for rows, weight, s, why in [(torch.ones(1, 7), q, scales, "x \\[M, K\\]"), (x.double(), q, scales, "f32 x"),
+                                 (x, q.float(), scales, "an int8 weight"), (x, q, scales.half(), "f32 x and scales"),
+                                 (x[:, :4], q.t(), scales, "row-major"),
+                                 (x, q, torch.ones(3), "scales \\[N\\]")]:  # fmt: skip
+        with pytest.raises(RuntimeError, match=why):
+            matvec(rows, weight, s, None)
+
+
+class OpCalls(TorchDispatchMode):
+    """The name of every op called eagerly while it is on."""
+
+    def __init__(self):
+        super().__init__()
+        self.names = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.names.append(str(func))
+        return func(*args, **(kwargs or {}))
+
+
+@pytest.mark.skipif(not AVX512, reason="matvec_int8 runs on AVX-512 CPUs only")
+@pytest.mark.parametrize("mode", ["eager", "inductor"])
+def test_the_int8_engine_in_the_matvec_kernel_computes_what_its_dequantized_weights_do(
+        tiny, tiny_checkpoint, dequantized_checkpoint, tmp_path, mode):  # fmt: skip
+    """The twin's matrices sit below MATVEC_MIN_WEIGHTS (a real shape's are all above it); with the bound at 0 every
+    decode step's matrix runs in matvec_int8, eagerly and from inductor's compiled step: f32 rounding from the f32
+    engine over the dequantized weights, and its greedy tokens."""
+    decoder, probe = build_decoder(tiny.config), probe_ids(tiny.first_special_token, 0)
+    reference = load_engine(decoder, dequantized_checkpoint, tmp_path / "f32", CompileOptions(max_positions=512))
+    [path] = write(decoder, tiny_checkpoint, tmp_path / "int8", CompileOptions(max_positions=512, quant="int8"))
+    module = import_generated(path)
+    module.MATVEC_MIN_WEIGHTS = 0
+    module.CPU_INT8_ROWS = torch.float32  # the rows between MATVEC_ROWS and UPCAST_ROWS (a 32-token prefill) in f32
+    codes = []  # the source of each graph inductor compiles
+    with torch._inductor.config.patch(force_disable_caches=True), \
+            mock.patch.object(GraphLowering, "save_output_code", codes.append):  # fmt: skip
+        int8 = module.Engine(tiny_checkpoint, rows=1, max_positions=512, mode=mode)
+        logits = int8.score(probe, PROBE_PREFILL)
+        first = int8.prefill(0, probe[:64])
+        with OpCalls() if mode == "eager" else contextlib.nullcontext() as called:  # compiling refuses the mode
+            tokens = [first, *int8.generate(16)[:, 0].tolist()]
+    assert np.abs(logits - reference.score(probe, PROBE_PREFILL)).max() <= tolerance("linnet-torch", "f32", tiny.id)
+    assert tokens == [reference.prefill(0, probe[:64]), *reference.generate(16)[:, 0].tolist()]
+    if mode == "eager":  # each decode step: per layer qkv, o, gate/up and down; the head
+        assert called.names.count("linnet_cpu.matvec_int8.default") == 16 * (4 * module.LAYERS + 1), called.names
+    if mode == "inductor":
+        # the kernel's calls in each compiled graph's wrapper (Python in the prefill's, C++ in the decode step's)
+        calls = sorted(len(re.findall(r'matvec_int8\.default\(|"linnet_cpu::matvec_int8"', code)) for code in codes)
+        assert calls[-1] == 4 * module.LAYERS + 1  # the decode step: per layer qkv, o, gate/up and down; the head
+        assert set(calls[:-1]) == {1}  # each prefill: the head, over the last position alone
 
 
 def test_the_onnx_graph_runs_every_matrix_through_matmulnbits(tiny):

@@ -41,7 +41,7 @@ class LinnetTorchRunner(base.EngineRunner):
                               "may back far more slowly than small pages' (DESIGN.md)")  # fmt: skip
         if self.quant:
             self.notes.append(f"weights int8, one scale per output channel, activations {spec.dtype}; "
-                              f"decode: {int8_decode(module, self.mode)}; prefill: dequantized weights")  # fmt: skip
+                              f"{int8_products(module, self.mode)}")  # fmt: skip
 
     def close(self):
         self.engine = None
@@ -49,11 +49,13 @@ class LinnetTorchRunner(base.EngineRunner):
             torch.cuda.empty_cache()
 
 
-def int8_decode(module, mode: str) -> str:
-    """What a quantized engine's decode steps multiply with, as the module was loaded."""
-    if module.cpu_matvec_loaded:  # a CPU's f32 engine over matrices big enough for the kernel (Engine.__init__)
-        return "matvec_int8, Linnet's AVX-512 int8 matrix-vector kernel"
-    return "torch's int8 weight-pack matmul" if mode != "inductor" else "one fused inductor pass over the int8 weight"
+def int8_products(module, mode: str) -> str:
+    """What a quantized engine's decode steps and prefills multiply with, as the module was loaded."""
+    if module.cpu_matvec_loaded:  # a CPU's f32 engine over matrices big enough for the kernels (Engine.__init__)
+        return ("decode: matvec_int8, Linnet's AVX-512 int8 matrix-vector kernel; "
+                "prefill: matmul_int8, the weight widened to f32 a tile at a time")  # fmt: skip
+    decode = "torch's int8 weight-pack matmul" if mode != "inductor" else "one fused inductor pass over the int8 weight"
+    return f"decode: {decode}; prefill: the weight widened to the activations' dtype"
 
 
 def decode_note(engine) -> str:

@@ -9,6 +9,7 @@ import re
 import shutil
 import subprocess
 import sys
+from types import SimpleNamespace
 from unittest import mock
 
 import numpy as np
@@ -34,6 +35,7 @@ from linnet_core.checkpoint import synthetic_checkpoint
 from linnet_core.quant import check_quant, onnx_blocks, quantize
 from linnet_core.targets import CompileOptions
 from runners import RUNNERS
+from runners._linnet_torch import int8_products
 
 INT8_ROWS = ["linnet-torch-int8", "linnet-inductor-int8", "linnet-ort-int8"]
 AVX512 = torch.backends.cpu.get_cpu_capability().startswith("AVX512")
@@ -182,23 +184,47 @@ def test_int8_decode_rows_on_an_avx512_cpu_run_in_the_matvec_kernel(int8_module,
         torch.testing.assert_close(y.double(), exact, atol=1e-5 * math.sqrt(k), rtol=1e-5)
         monkeypatch.setattr(module, "MATVEC_MIN_WEIGHTS", n * k)
         assert torch.equal(module.linear_int8(x, q, scales, b)[0], y)
-        many = torch.randn(1, module.UPCAST_ROWS + 1, k, generator=gen)  # a prefill's rows: the dequantized product
-        expected = F.linear(many, q.float()) * scales if b is None else F.linear(many, q.float()) * scales + b
-        assert torch.equal(module.linear_int8(many, q, scales, b), expected)
         monkeypatch.undo()
 
 
-@pytest.mark.skipif(not AVX512, reason="matvec_int8 runs on AVX-512 CPUs only")
-def test_the_int8_matvec_kernel_refuses_what_it_cannot_multiply(int8_module):
+@pytest.mark.skipif(not AVX512, reason="matmul_int8 runs on AVX-512 CPUs only")
+@pytest.mark.parametrize("n, k", [(5, 1), (37, 17), (130, 2049), (7, 4867), (2100, 1000)])
+def test_int8_prefill_rows_on_an_avx512_cpu_run_in_the_tiled_kernel(int8_module, n, k, monkeypatch):
+    """A prefill's rows (more than UPCAST_ROWS) multiply the weight widened a tile of rows at a time: against a
+    float64 product with the dequantized weight, within f32 rounding, for a weight of one tile and of several
+    (TILE_BYTES is 4 MiB: 2100 x 1000 floats are two tiles of 1048 rows and one of 4), a row shorter than a cache
+    line, and a tail."""
+    module = int8_module
+    gen = torch.Generator().manual_seed(n + k)
+    many, bias = torch.randn(2, module.UPCAST_ROWS, k, generator=gen), torch.randn(n, generator=gen)
+    q, scales = module.quantize_int8(torch.randn(n, k, generator=gen) * torch.linspace(0.1, 10, n)[:, None])
+    assert module.load_cpu_matvec()
+    for b in (None, bias):
+        with OpCalls() as called:
+            y = module.linear_int8(many, q, scales, b)
+        assert called.names.count("linnet_cpu.matmul_int8.default") == 1, called.names
+        weight = q.double() * scales.double()[:, None]
+        exact = F.linear(many.double(), weight, None if b is None else b.double())
+        # f32 rounding of a sum of k terms: a few units of the last place of the terms' summed magnitudes, times sqrt(k)
+        bound = 4 * 2**-24 * math.sqrt(k) * (F.linear(many.double().abs(), weight.abs()) + exact.abs())
+        assert ((y.double() - exact).abs() <= bound).all(), ((y.double() - exact).abs() / bound).max()
+    monkeypatch.setattr(module, "cpu_matvec_loaded", False)  # where the kernels did not load: the whole weight widened
+    expected = F.linear(many, q.float()) * scales + bias
+    assert torch.equal(module.linear_int8(many, q, scales, bias), expected)
+
+
+@pytest.mark.skipif(not AVX512, reason="the int8 kernels run on AVX-512 CPUs only")
+@pytest.mark.parametrize("kernel", ["matvec_int8", "matmul_int8"])
+def test_the_int8_kernels_refuse_what_they_cannot_multiply(int8_module, kernel):
     assert int8_module.load_cpu_matvec()
-    matvec, x = torch.ops.linnet_cpu.matvec_int8, torch.ones(1, 8)
+    product, x = getattr(torch.ops.linnet_cpu, kernel), torch.ones(1, 8)
     q, scales = torch.ones(4, 8, dtype=torch.int8), torch.ones(4)
     for rows, weight, s, why in [(torch.ones(1, 7), q, scales, "x \\[M, K\\]"), (x.double(), q, scales, "f32 x"),
                                  (x, q.float(), scales, "an int8 weight"), (x, q, scales.half(), "f32 x and scales"),
                                  (x[:, :4], q.t(), scales, "row-major"),
                                  (x, q, torch.ones(3), "scales \\[N\\]")]:  # fmt: skip
-        with pytest.raises(RuntimeError, match=why):
-            matvec(rows, weight, s, None)
+        with pytest.raises(RuntimeError, match=f"{kernel}: .*{why}"):
+            product(rows, weight, s, None)
 
 
 class OpCalls(TorchDispatchMode):
@@ -218,8 +244,8 @@ class OpCalls(TorchDispatchMode):
 def test_the_int8_engine_in_the_matvec_kernel_computes_what_its_dequantized_weights_do(
         tiny, tiny_checkpoint, dequantized_checkpoint, tmp_path, mode):  # fmt: skip
     """The twin's matrices sit below MATVEC_MIN_WEIGHTS (a real shape's are all above it); with the bound at 0 every
-    decode step's matrix runs in matvec_int8, eagerly and from inductor's compiled step: f32 rounding from the f32
-    engine over the dequantized weights, and its greedy tokens."""
+    decode step's matrix runs in matvec_int8, and a prefill's in matmul_int8, eagerly and from inductor's compiled
+    graphs: f32 rounding from the f32 engine over the dequantized weights, and its greedy tokens."""
     decoder, probe = build_decoder(tiny.config), probe_ids(tiny.first_special_token, 0)
     reference = load_engine(decoder, dequantized_checkpoint, tmp_path / "f32", CompileOptions(max_positions=512))
     [path] = write(decoder, tiny_checkpoint, tmp_path / "int8", CompileOptions(max_positions=512, quant="int8"))
@@ -231,18 +257,23 @@ def test_the_int8_engine_in_the_matvec_kernel_computes_what_its_dequantized_weig
             mock.patch.object(GraphLowering, "save_output_code", codes.append):  # fmt: skip
         int8 = module.Engine(tiny_checkpoint, rows=1, max_positions=512, mode=mode)
         logits = int8.score(probe, PROBE_PREFILL)
-        first = int8.prefill(0, probe[:64])
-        with OpCalls() if mode == "eager" else contextlib.nullcontext() as called:  # compiling refuses the mode
+        with OpCalls() if mode == "eager" else contextlib.nullcontext() as prefilled:  # compiling refuses the mode
+            first = int8.prefill(0, probe[:64])
+        with OpCalls() if mode == "eager" else contextlib.nullcontext() as called:
             tokens = [first, *int8.generate(16)[:, 0].tolist()]
     assert np.abs(logits - reference.score(probe, PROBE_PREFILL)).max() <= tolerance("linnet-torch", "f32", tiny.id)
     assert tokens == [reference.prefill(0, probe[:64]), *reference.generate(16)[:, 0].tolist()]
-    if mode == "eager":  # each decode step: per layer qkv, o, gate/up and down; the head
+    if mode == "eager":  # each decode step: per layer qkv, o, gate/up and down; the head. The prefill: the same four
         assert called.names.count("linnet_cpu.matvec_int8.default") == 16 * (4 * module.LAYERS + 1), called.names
+        assert prefilled.names.count("linnet_cpu.matmul_int8.default") == 4 * module.LAYERS, prefilled.names
     if mode == "inductor":
         # the kernel's calls in each compiled graph's wrapper (Python in the prefill's, C++ in the decode step's)
         calls = sorted(len(re.findall(r'matvec_int8\.default\(|"linnet_cpu::matvec_int8"', code)) for code in codes)
         assert calls[-1] == 4 * module.LAYERS + 1  # the decode step: per layer qkv, o, gate/up and down; the head
         assert set(calls[:-1]) == {1}  # each prefill: the head, over the last position alone
+        # a prefill over UPCAST_ROWS (the 64-token one) calls matmul_int8 in its block region, once for each kind of
+        # product every layer runs; the 32-token prefill and the decode step not at all
+        assert sorted(len(re.findall(r"matmul_int8\.default\(", code)) for code in codes) == [0, 0, 4]
 
 
 def test_the_onnx_graph_runs_every_matrix_through_matmulnbits(tiny):
@@ -310,3 +341,13 @@ def test_every_int8_row_is_close_to_the_reference_in_distribution(int8_run, runn
     bound = ACCURACY_BOUNDS["int8"]
     assert row.kl_mean <= bound.kl_mean and row.kl_p99 <= bound.kl_p99 and row.top1_agree >= bound.top1_agree
     assert row.kl_mean > 1e-4  # it really is quantized: an f32 row is at 1e-11
+
+
+@pytest.mark.parametrize("runner, decode", [("linnet-torch-int8", "torch's int8 weight-pack matmul"),
+                                            ("linnet-inductor-int8", "one fused inductor pass over the int8 weight")])
+def test_the_torch_int8_rows_say_what_their_products_run_in(int8_run, runner, decode):
+    """The twin's matrices are too small for Linnet's CPU kernels; a real shape's rows name them instead."""
+    notes = " | ".join(int8_run[runner].notes)
+    assert f"decode: {decode}; prefill: the weight widened to the activations' dtype" in notes, notes
+    kernels = int8_products(SimpleNamespace(cpu_matvec_loaded=True), "inductor")
+    assert kernels.startswith("decode: matvec_int8") and "prefill: matmul_int8" in kernels

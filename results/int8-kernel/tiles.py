@@ -28,8 +28,10 @@ def main(tiles: list[int]) -> None:
     checkpoint = synthetic_checkpoint(tiny.id, tiny.config, tiny.checkpoint_dtype)
     [path] = write(build_decoder(tiny.config), checkpoint, Path(tempfile.mkdtemp()), CompileOptions(quant="int8"))
     module = import_generated(path)
+    shipped = "constexpr int64_t TILE_BYTES = 4 << 20;"
+    assert shipped in module.MATVEC_SOURCE, "the kernel's tile size moved: update this script"
     for tile in tiles:  # each size in a library of its own name
-        source = module.MATVEC_SOURCE.replace("constexpr int64_t TILE_BYTES = 4 << 20;", f"constexpr int64_t TILE_BYTES = {tile};")
+        source = module.MATVEC_SOURCE.replace(shipped, f"constexpr int64_t TILE_BYTES = {tile};")
         load_inline(f"tiles_{tile}", cpp_sources=[source.replace("linnet_cpu", f"tiles_{tile}")],
                     extra_cflags=["-O3", "-fopenmp"], extra_ldflags=["-fopenmp"], is_python_module=False)  # fmt: skip
     gen = torch.Generator().manual_seed(0)

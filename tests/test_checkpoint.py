@@ -1,6 +1,7 @@
-import ctypes
 import dataclasses
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -9,6 +10,8 @@ import torch
 
 from linnet_core import checkpoint
 from linnet_core.errors import UserError
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def test_synthetic_weights_are_deterministic(tiny, tmp_path):
@@ -188,18 +191,9 @@ def huge_page_kib(array: np.ndarray) -> int:
 THP = Path("/sys/kernel/mm/transparent_hugepage/enabled")
 
 
-@pytest.mark.skipif(not THP.exists() or "[madvise]" not in THP.read_text() or not numpy_advises_huge_pages(),
-                    reason="huge pages here are not numpy's choice (THP off or always, or NUMPY_MADVISE_HUGEPAGE=0)")
-def test_a_conversions_arrays_are_on_small_pages_and_numpys_choice_comes_back():
-    """numpy_on_small_pages keeps a large array off 2 MiB pages, which numpy asks Linux for outside it, and puts numpy's
-    setting back when it ends. The kernel's own account of each array's mapping says which it got."""
-    # Late in one full-suite run a 32 MiB array outside the switch got no huge page, though the kernel had refused
-    # none (thp_fault_fallback 0): most likely heap memory an earlier test had touched as small pages, reused. So
-    # glibc first hands its free heap back, and each array is 128 MiB (numpy advises huge pages from 4 MiB), past
-    # glibc's largest mmap threshold (32 MiB) and the free heap top it keeps (64 MiB): a fresh mapping.
-    trim = getattr(ctypes.CDLL(None), "malloc_trim", None)
-    if trim is not None:
-        trim(0)
+def arrays_inside_and_outside_small_pages() -> None:
+    """In a fresh process (below): each array is 128 MiB, past glibc's largest mmap threshold, so that it is a new
+    mapping, not heap memory an earlier allocation left advised one way or the other."""
     with checkpoint.numpy_on_small_pages():
         inside = np.ones(16 << 20)
         assert not numpy_advises_huge_pages()
@@ -207,6 +201,21 @@ def test_a_conversions_arrays_are_on_small_pages_and_numpys_choice_comes_back():
     assert huge_page_kib(inside) == 0
     assert huge_page_kib(outside) > 0
     assert numpy_advises_huge_pages()
+    print("checked")
+
+
+@pytest.mark.skipif(not THP.exists() or "[madvise]" not in THP.read_text() or not numpy_advises_huge_pages(),
+                    reason="huge pages here are not numpy's choice (THP off or always, or NUMPY_MADVISE_HUGEPAGE=0)")
+def test_a_conversions_arrays_are_on_small_pages_and_numpys_choice_comes_back():
+    """numpy_on_small_pages keeps a large array off 2 MiB pages, which numpy asks Linux for outside it, and puts numpy's
+    setting back when it ends. The kernel's own account of each array's mapping says which it got."""
+    # In a fresh process, as a row's conversion is: late in two full-suite runs the array made inside the switch in
+    # this process came out wholly on huge pages, though numpy advised none; alone or after a few files it did not.
+    # Most likely heap memory that an earlier array had advised, freed and reused (glibc serves a request from a
+    # free chunk before it considers a new mapping).
+    out = subprocess.run([sys.executable, "-c", f"import {__name__} as t; t.arrays_inside_and_outside_small_pages()"],
+                         cwd=ROOT, capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert out.returncode == 0 and out.stdout.strip() == "checked", out.stdout + out.stderr
 
 
 def test_the_onnx_emit_and_the_gguf_export_read_their_weights_on_small_pages(tiny_checkpoint, tmp_path, monkeypatch):

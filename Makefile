@@ -24,7 +24,7 @@ demo: setup
 site: setup
 	$(BENCH) site --results results --out site
 
-# One process: on two pytest-xdist workers (2 cores) the suite took 20 minutes against 23-25, and three tests that
+# One process: on two pytest-xdist workers (2 cores) the suite took 20 minutes against 22-25, and three tests that
 # count a thread's sleeps or time a duet failed beside the other worker's load.
 test: setup browser
 	$(PY) -m pytest

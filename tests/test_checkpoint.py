@@ -209,8 +209,9 @@ def arrays_inside_and_outside_small_pages() -> None:
 def test_a_conversions_arrays_are_on_small_pages_and_numpys_choice_comes_back():
     """numpy_on_small_pages keeps a large array off 2 MiB pages, which numpy asks Linux for outside it, and puts numpy's
     setting back when it ends. The kernel's own account of each array's mapping says which it got."""
-    # In a fresh process, as a row's conversion is: late in two full-suite runs the array made inside the switch in
-    # this process came out wholly on huge pages, though numpy advised none; alone or after a few files it did not.
+    # In a fresh process, as a row's conversion is: late in two full-suite runs the mapping holding the array made
+    # inside the switch in this process had 128 MiB on huge pages, though numpy advised none; alone or after a few
+    # files it had none.
     # Most likely heap memory that an earlier array had advised, freed and reused (glibc serves a request from a
     # free chunk before it considers a new mapping).
     out = subprocess.run([sys.executable, "-c", f"import {__name__} as t; t.arrays_inside_and_outside_small_pages()"],

@@ -574,16 +574,31 @@ def test_captured_blocks_and_prefill_graphs_give_the_eager_tokens_on_a_gpu(modul
     assert list(graphed.prefill_graphs) == [64]
 
 
+def test_the_engine_turns_cudnn_attention_off_on_a_gpu_only(module):
+    """torch 2.11 puts cuDNN's attention first on an H100 or H200, and cuDNN plans per shape; an engine on a GPU turns it
+    off for its process, one on a CPU leaves torch's settings alone."""
+    assert torch.backends.cuda.cudnn_sdp_enabled()
+    module.without_cudnn_attention(torch.device("cpu"))
+    assert torch.backends.cuda.cudnn_sdp_enabled()
+    try:
+        module.without_cudnn_attention(torch.device("cuda"))
+        assert not torch.backends.cuda.cudnn_sdp_enabled()
+    finally:
+        torch.backends.cuda.enable_cudnn_sdp(True)
+
+
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
 def test_attention_runs_fused_kernels_not_the_math_one_on_a_gpu(module, tiny_checkpoint, tiny):
     """In 16-bit on a GPU every attention the engine asks for has a fused kernel: a prompt from position 0 (causal,
     flash attention), a chunk continuing it and a decode step (masked: memory-efficient attention, heads folded),
-    a batch of chunks with decode steps riding along. With the math kernel excluded, SDPA raises where it needs it."""
+    a batch of chunks with decode steps riding along. With the math kernel excluded, SDPA raises where it needs it.
+    cuDNN's is excluded too: the engine turns it off (without_cudnn_attention), as it plans per shape."""
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
     probe = probe_ids(tiny.first_special_token, 0, length=40)
     eng = engine(module, tiny_checkpoint, device="cuda", dtype="bf16", rows=3)
-    with sdpa_kernel([SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.CUDNN_ATTENTION]):
+    assert not torch.backends.cuda.cudnn_sdp_enabled()
+    with sdpa_kernel([SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION]):
         eng.prefill(0, probe[:24])
         eng.prefill(0, probe[24:], start=24)
         token = int(eng.step()[0])

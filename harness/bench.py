@@ -34,6 +34,7 @@ class Display:
 
 def run_bench(settings: BenchSettings, display: Display = Display()) -> Path:
     """Runs every row; returns the result file's path. On Ctrl-C the rows so far are kept (complete: false)."""
+    budget = Budget(settings.budget_s)  # from the run's start: making the checkpoint and the first probe count too
     ckpt, weights = checkpoint_for(settings.model, settings.weights, settings.seed)
     created_at, run_id = run_id_now()
     path = settings.out_dir / settings.model.id / f"{run_id}.json"
@@ -45,7 +46,7 @@ def run_bench(settings: BenchSettings, display: Display = Display()) -> Path:
     scratch = Path(tempfile.mkdtemp(prefix=f"linnet-bench-{run_id}-"))
     base_spec = spec_fields(settings, ckpt)
     try:
-        run_trials(settings, result, path, base_spec, scratch, display)
+        run_trials(settings, result, path, base_spec, scratch, display, budget)
         if settings.peer_duet_s > 0:
             run_peer_duets(settings, result, path, base_spec, scratch, display)
         result.machine.update(roofline.larger([first_probe, roofline.measure(settings.device)]))
@@ -62,13 +63,12 @@ def run_bench(settings: BenchSettings, display: Display = Display()) -> Path:
 
 
 def run_trials(settings: BenchSettings, result: ResultFile, path: Path, base_spec: dict, scratch: Path,
-               display: Display) -> None:  # fmt: skip
+               display: Display, budget: Budget) -> None:  # fmt: skip
     """Round robin over the rows, trial by trial (A B C A B C ...), so that a slow spell of the machine hits every row
     alike. A row's first trial decides a skip; a failed trial ends the row (failed, saying which trial); the result
     file is rewritten after every trial. With a budget (--budget), no trial starts once it is spent and a running
     child is cut at it: every row gets its first trial before any gets its second, and the rows given with
-    --extra-runner only what the others leave."""
-    budget = Budget(settings.budget_s)
+    --extra-runner only what the others leave; a row whose first trial the budget cut is skipped, saying so."""
     children = Children(settings, scratch, budget, display)
     reference = Reference()
     reference.load_truth(*children.run(TRUTH, base_spec, scratch / "truth", "truth"))
@@ -98,6 +98,8 @@ def run_trials(settings: BenchSettings, result: ResultFile, path: Path, base_spe
                 reference.load(outcome, work)
             result.reference_distributions = reference.shape
             done = rows[info.id] = RowTrials(make_row(info, outcome, work, reference))
+            if Budget.cut(outcome):  # the run's time ran out, not the row: no verdict on it
+                done.row.status = "skipped"
             result.rows.append(done.row)
         elif Budget.cut(outcome):  # a later trial the budget cut short is not the row's failure: it is dropped
             done.row.notes.append(budget.cut_note(len(done.metrics), planned[info.id]))

@@ -19,7 +19,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from harness.energy import EnergyCounter, joules_between
+from harness.energy import EnergyCounter, per_token
 from runners.base import Runner, RunSpec, ServingRunner
 
 Progress = Callable[[str], None]
@@ -58,21 +58,20 @@ def measure(runner: Runner, spec: RunSpec, progress: Progress) -> dict[str, Any]
     runner.load()
     load_s = time.perf_counter() - start
 
-    ttft, decode, energy, first_call_s = [], [], [], 0.0
+    ttft, decode, first_call_s, before = [], [], 0.0, None
     counter = EnergyCounter(spec.device)
     for i in range(spec.warmups + spec.runs):
         timed = i >= spec.warmups
         progress(f"run {i - spec.warmups + 1}/{spec.runs}" if timed else f"warm-up {i + 1}/{spec.warmups}")
-        before = counter.joules()
+        if i == spec.warmups:
+            before = counter.joules()  # one window over every timed run (harness/energy.py)
         to_first, to_last, tokens = timed_run(runner, spec)
-        joules = joules_between(before, counter.joules())
         if i == 0:
             first_call_s = to_first + to_last  # lazy compilation and session building show here
         if timed:
             ttft.append(to_first * 1e3)
             decode.append((spec.new_tokens - 1) / to_last)
-            if joules is not None:
-                energy.append(joules / spec.new_tokens)
+    energy = per_token(counter, before, spec.runs * spec.new_tokens, runner.notes)
 
     logits = score_probe(runner, spec, progress)
     metrics = {
@@ -87,7 +86,7 @@ def measure(runner: Runner, spec: RunSpec, progress: Progress) -> dict[str, Any]
     }
     # every timed value, for the parent's intervals over trials (harness/stats.py)
     samples = {"ttft_ms": ttft, "decode_tok_s": decode}
-    if len(energy) == spec.runs:  # a GPU whose counter answered for every timed run (harness/energy.py)
+    if energy:  # a GPU whose counter answered (harness/energy.py): one figure, over every timed run
         metrics.update(spread("energy_j_per_tok", energy))
         samples["energy_j_per_tok"] = energy
     return {"metrics": metrics, "samples": samples, "tokens": tokens, "logits": logits}
@@ -180,14 +179,13 @@ async def serving_session(runner: ServingRunner, spec: RunSpec, progress: Progre
         start = time.perf_counter()
         await serve_all(runner, prompts[: w.warmup_requests], w.warmup_new_tokens, w.max_in_flight)
         first_call_s = time.perf_counter() - start
-        runs, energy, counter = [], [], EnergyCounter(spec.device)
+        runs, counter = [], EnergyCounter(spec.device)
         runner.timed_runs(True)
+        before = counter.joules()  # one window over every timed run (harness/energy.py)
         for i in range(w.runs):
             progress(f"run {i + 1}/{w.runs}: {w.requests} requests")
-            before = counter.joules()
             runs.append(await serve_all(runner, prompts, w.new_tokens, w.max_in_flight))
-            if (joules := joules_between(before, counter.joules())) is not None:
-                energy.append(joules / runs[-1].tokens)
+        energy = per_token(counter, before, sum(run.tokens for run in runs), runner.notes)
         runner.timed_runs(False)
         tokens = None
         if runner.token_ids and len(spec.prompt) + spec.new_tokens <= w.max_positions:  # comparable with the reference
@@ -195,7 +193,7 @@ async def serving_session(runner: ServingRunner, spec: RunSpec, progress: Progre
             tokens = [t async for new in runner.generate(spec.prompt, spec.new_tokens) for t in new]
     finally:
         await runner.stop()
-    return first_call_s, runs, tokens, energy if len(energy) == len(runs) else []
+    return first_call_s, runs, tokens, energy
 
 
 def measure_serving(runner: ServingRunner, spec: RunSpec, progress: Progress) -> dict[str, Any]:
@@ -227,7 +225,7 @@ def measure_serving(runner: ServingRunner, spec: RunSpec, progress: Progress) ->
     # per timed run its throughput; per request its time to first token (so that the median, min and max over the
     # samples are the figures above: over requests)
     samples = {"serving_tok_s": [run.tok_s for run in runs], "serving_ttft_ms": [r.ttft_s * 1e3 for r in requests]}
-    if energy:  # on a GPU whose energy counter answered (harness/energy.py): joules per generated token, per run
+    if energy:  # on a GPU whose energy counter answered (harness/energy.py): joules per generated token, all runs
         metrics.update(spread("serving_energy_j_per_tok", energy))
         samples["serving_energy_j_per_tok"] = energy
     return {"metrics": metrics, "samples": samples, "tokens": tokens, "logits": logits}

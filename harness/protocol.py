@@ -173,10 +173,10 @@ def percentiles(name: str, values: list[float]) -> dict[str, float]:
 async def serving_session(runner: ServingRunner, spec: RunSpec, progress: Progress):
     """Inside one event loop: the warm-up wave, the timed runs, then the reference prompt's greedy tokens."""
     w, prompts = spec.serving_workload, spec.serving_prompts
+    start = time.perf_counter()  # the first call's time includes starting: linnet.serve on XLA compiles its steps there
     await runner.start()
     try:
         progress(f"warm-up: {w.warmup_requests} requests")
-        start = time.perf_counter()
         await serve_all(runner, prompts[: w.warmup_requests], w.warmup_new_tokens, w.max_in_flight)
         first_call_s = time.perf_counter() - start
         runs, counter = [], EnergyCounter(spec.device)

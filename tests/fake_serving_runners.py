@@ -4,6 +4,8 @@ import asyncio
 
 from runners import base
 
+STARTING_S = 0.5
+
 
 class Steady(base.ServingRunner):
     """Counts upwards, a token per millisecond or so; records how many requests were ever open at once."""
@@ -11,6 +13,9 @@ class Steady(base.ServingRunner):
     def load(self):
         self.open = 0
         self.metrics["most_open"] = 0
+
+    async def start(self):
+        await asyncio.sleep(STARTING_S)  # as a server that compiles its steps when it starts
 
     async def generate(self, prompt, max_tokens):
         self.open += 1

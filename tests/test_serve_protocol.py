@@ -9,6 +9,7 @@ from harness.bench import BenchSettings, run_bench
 from harness.results import load_result
 from harness.workload import SERVING, get_profile
 from runners import RUNNERS, RunnerInfo
+from tests.fake_serving_runners import STARTING_S
 
 SERVING_FIELDS = [f"serving_{m}{s}" for m in ("tok_s", "ttft_ms", "itl_ms") for s in ("", "_min", "_max")] + [
     "serving_ttft_ms_p90", "serving_ttft_ms_p99", "serving_itl_ms_p90", "serving_itl_ms_p99", "serving_tpot_ms",
@@ -47,6 +48,7 @@ def test_the_serving_metrics_are_measured_at_the_client(serving_run):
     assert m["serving_ttft_ms_min"] <= m["serving_ttft_ms"] <= m["serving_ttft_ms_p90"] <= m["serving_ttft_ms_p99"] <= m["serving_ttft_ms_max"]
     assert 0.5 < m["serving_itl_ms"] < 1000 and m["serving_tpot_ms"] > 0.5  # a token per >= 1 ms sleep
     assert m["most_open"] == w.max_in_flight  # all submitted at start, never more than the bound open
+    assert m["first_call_s"] >= STARTING_S  # starting the server is in its first call's time
     assert (m["serving_requests"], m["serving_new_tokens"], m["serving_in_flight"]) == (w.requests, w.new_tokens, w.max_in_flight)
     assert any(n.startswith("serving workload 'quick'") for n in row.notes)
 

@@ -314,7 +314,8 @@ def trial_metrics(record: dict, outcome: launch.ChildOutcome) -> dict:
     """One trial's metrics: the child's own, with the memory the parent saw and the child's whole life."""
     metrics = dict(record["metrics"])
     if outcome.gpu_present:
-        metrics.update(peak_mem_gib=outcome.peak_gpu_bytes / GIB, mem_kind="gpu")
+        if outcome.peak_gpu_bytes > 0:  # else NVML saw none of the child's processes: no figure, rather than 0 GiB
+            metrics.update(peak_mem_gib=outcome.peak_gpu_bytes / GIB, mem_kind="gpu")
     else:
         metrics.update(peak_mem_gib=outcome.peak_rss_bytes / GIB, mem_kind="host")
     if outcome.peak_build_rss_bytes:

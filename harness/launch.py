@@ -94,6 +94,9 @@ def run_child(spec: RunSpec, timeout_s: float, on_progress: Callable[[str], None
     else:
         record = json.loads(record_path.read_text())
     peak_rss = max(memory.peak_rss, (record or {}).get("child_max_rss_bytes", 0))
+    if record is not None and record.get("status") == "ok" and memory.handles and not memory.peak_gpu:
+        why = memory.gpu_unread or "NVML listed none of the child's processes"
+        record.setdefault("notes", []).append(f"no GPU memory figure: {why}")
     return ChildOutcome(record, failure, seconds, peak_rss, memory.peak_gpu, bool(memory.handles), memory.other_cpu_share,
                         memory.peak_build_rss)  # fmt: skip
 

@@ -93,6 +93,7 @@ class MemorySampler:
         self.peak_rss = 0
         self.peak_build_rss = 0
         self.peak_gpu = 0
+        self.gpu_unread: str | None = None  # why the GPU's memory was not read, where NVML refused
         self.other_cpu_share: float | None = None
         self._descendants_cpu: dict[int, float] = {}  # pid -> CPU seconds last seen, below the child
         self._builds: set[int] = set()  # the pids of build steps' processes
@@ -155,8 +156,13 @@ class MemorySampler:
                 engine_pids.add(p.pid)
         self.peak_rss = max(self.peak_rss, engine)
         self.peak_build_rss = max(self.peak_build_rss, build)
-        if self.handles:
-            self.peak_gpu = max(self.peak_gpu, gpu_bytes(self.handles, engine_pids))
+        if self.handles and self.gpu_unread is None:
+            import pynvml
+
+            try:
+                self.peak_gpu = max(self.peak_gpu, gpu_bytes(self.handles, engine_pids))
+            except pynvml.NVMLError as e:  # a sandbox or a virtual GPU may refuse the process list: host RSS goes on
+                self.gpu_unread = f"NVML did not list the GPU's processes ({e})"
 
     def _loop(self) -> None:
         tree, listed_at = [self.process], 0.0

@@ -270,6 +270,41 @@ def test_a_build_step_s_memory_is_kept_apart_from_the_engine_s():
     assert 200 << 20 <= sampler.peak_rss < 400 << 20, sampler.peak_rss / 2**20
 
 
+def test_a_gpu_whose_process_list_nvml_refuses_gives_a_row_without_gpu_memory_and_says_why(tiny, tmp_path, monkeypatch):
+    """Under a sandbox or on a virtual GPU, NVML may refuse to list a GPU's processes. The sampler then goes on reading
+    the host's memory (its thread once died at the first sample), and the row gets no GPU memory figure, rather than
+    0 GiB, with a note saying why."""
+    import pynvml
+
+    from harness import launch, memory
+
+    def refused(handles, pids):
+        raise pynvml.NVMLError_NotSupported()
+
+    monkeypatch.setattr(memory, "nvml_handles", lambda: ["a GPU"])
+    monkeypatch.setattr(memory, "gpu_bytes", refused)
+    child = subprocess.Popen([sys.executable, "-c", "import time\nblock = b'x' * (200 << 20)\ntime.sleep(1)"])
+    with memory.MemorySampler(child.pid) as sampler:
+        child.wait()
+    assert sampler.peak_rss >= 200 << 20 and sampler.peak_gpu == 0
+    assert sampler.gpu_unread == "NVML did not list the GPU's processes (Not Supported)"
+
+    class Sampler:  # the run's sampler, as it ended above
+        def __init__(self, pid):
+            self.__dict__.update(vars(sampler))
+        __enter__ = lambda self: self
+        __exit__ = lambda self, *exc: None
+
+    from harness import bench
+
+    monkeypatch.setattr(launch, "MemorySampler", Sampler)
+    monkeypatch.setattr(bench, "TRUTH", fake("truth", "Counting"))  # stand-ins: only the row's memory is looked at
+    monkeypatch.setattr(bench, "get_runner", lambda name: fake(name, "Counting"))
+    [row] = load_result(run_bench(settings(tiny, tmp_path, [fake("counting", "Counting")]))).rows
+    assert row.status == "ok" and "peak_mem_gib" not in row.metrics and "mem_kind" not in row.metrics
+    assert "no GPU memory figure: NVML did not list the GPU's processes (Not Supported)" in row.notes
+
+
 # ---- signals and bad options ----------------------------------------------------------------------------------------
 
 

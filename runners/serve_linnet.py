@@ -77,8 +77,8 @@ class LinnetServe(base.ServingRunner):
                               f"({m['serving_decode_rows']:.3g} rows a step on average) and prefilled "
                               f"{m.get('serving_prefill_tok_s', 0):.4g} prompt tok/s; prefill took "
                               f"{m.get('serving_prefill_share', 0):.0%} of its model time; the host spent "
-                              f"{m.get('serving_host_ms', 0):.3g} ms a step outside the engine's calls "
-                              f"({m.get('serving_host_share', 0):.0%} of the loop's time)")  # fmt: skip
+                              f"{m.get('serving_host_ms', 0):.3g} ms a step outside the engine's calls and its waits "
+                              f"for the device ({m.get('serving_host_share', 0):.0%} of the loop's time)")  # fmt: skip
         if m.get("serving_rider_share"):
             self.notes.append(f"{m['serving_rider_share']:.0%} of the decode tokens were made inside prefill calls (the "
                               "decoding rows ride in a step's prefill call, so the step makes one model call)")  # fmt: skip
@@ -92,8 +92,9 @@ def step_metrics(times: StepTimes) -> dict[str, float]:
     """The timed runs' model time by phase (ServeEngine.times): decode tok/s within the decode steps, the rows a step
     carried, prefill tok/s, and prefill's share of the model's time. Comparable with a single-request row's decode
     tok/s, which leaves its prefill out too; a phase that did not run has no figures. And what the host costs: its
-    milliseconds per engine step outside the engine's calls, and their share of the loop's time. Where decode tokens
-    rode in prefill calls, their share of all decode tokens: those calls' time counts as prefill."""
+    milliseconds per engine step outside the engine's calls and its waits for the device, and their share of the
+    loop's time (where steps overlap, on a GPU, the device computes meanwhile: StepTimes). Where decode tokens rode in
+    prefill calls, their share of all decode tokens: those calls' time counts as prefill."""
     metrics = {}
     if times.decode_s > 0 and times.decode_steps > 0:
         metrics["serving_decode_tok_s"] = times.decode_tokens / times.decode_s

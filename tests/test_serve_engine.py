@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -122,6 +123,53 @@ def test_a_listener_reads_whole_steps_whose_model_time_fits_in_the_loop_s(engine
     assert all(times.prefill_s + times.decode_s <= times.loop_s for times in seen)
     assert seen[-1].loop_steps > 0 and seen[-1].host_s > 0
     assert serve.times.decode_tokens == len(requests) * (GREEDY.max_tokens - 1)  # every step landed once it ended
+
+
+class SimulatedDevice(ReferenceEngine):
+    """A GPU as the overlapping loop sees it: start_step computes the step on the host at once, but its tokens arrive
+    only DEVICE_S after the device is free to start it (the device runs one step at a time)."""
+
+    overlaps_steps = True
+    DEVICE_S = 0.04
+
+    def __init__(self, *args):
+        super().__init__(*args)
+        self.free_at = 0.0
+
+    def start_step(self):
+        tokens = self.step()
+        self.free_at = max(time.perf_counter(), self.free_at) + self.DEVICE_S
+        done_at = self.free_at
+        return lambda: time.sleep(max(0.0, done_at - time.perf_counter())) or tokens
+
+
+def test_where_steps_overlap_a_decode_step_counts_the_device_s_time_and_the_host_s_runs_beside_it(tiny_checkpoint):
+    """The host's bookkeeping (here 20 ms a step of events) runs while the device computes the next step (40 ms): a
+    decode step's time is the device's 40 ms, not the launch plus what is left of the wait (about half of it, which
+    had the decode speed twice too high), and the host's time is its own, about half of the loop's."""
+    device = SimulatedDevice(tiny_checkpoint, 3, 48)
+    serve = ServeEngine(device, ServeConfig(rows=3, max_positions=48), eos_token_id=None)
+    requests = [Request(p, SamplingParams(max_tokens=12)) for p in prompts(3, seed=5, low=3, high=8)]
+    done = threading.Event()
+
+    def listen(events):
+        time.sleep(0.02)  # the host handing a step's tokens out
+        if all(r.status is Status.FINISHED for r in requests):
+            done.set()
+
+    for r in requests:
+        serve.submit(r)
+    serve.start(listen)
+    try:
+        assert done.wait(120)
+    finally:
+        serve.stop()
+    times = serve.times
+    assert times.decode_steps >= 10
+    per_step = times.decode_s / times.decode_steps
+    assert 0.8 * device.DEVICE_S <= per_step <= 1.4 * device.DEVICE_S, per_step
+    assert times.decode_blocked_s < 0.7 * times.decode_s  # the loop waited for the device only part of each step
+    assert 0.2 < times.host_s / times.loop_s < 0.8, (times.host_s, times.loop_s)
 
 
 def test_events_stream_every_token_once_and_end_with_the_reason(engine):

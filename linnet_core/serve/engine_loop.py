@@ -43,11 +43,12 @@ Listener = Callable[[list[Event]], None]
 
 @dataclass
 class PendingStep:
-    """A decode step launched and not yet waited for: the wait for its tokens and the requests that were decoding
-    when it started."""
+    """A decode step launched and not yet waited for: the wait for its tokens, the requests that were decoding
+    when it started, and when it was launched (perf_counter)."""
 
     tokens: Callable[[], np.ndarray]
     decoding: list[Request]
+    launched: float
 
 
 class EngineFailed(Exception):
@@ -59,8 +60,13 @@ class StepTimes:
     """Where the loop's time went, summed since the engine started: prompt tokens prefilled and decode tokens made,
     with the seconds the model took for each (the engine calls), and the loop's steps with their whole seconds. A
     client's throughput counts prefill and decode alike; these say how much of it each phase took, how many rows a
-    decode step carried on average, and how much of a step the host spent outside the engine's calls (scheduling,
-    bookkeeping, handing events out): the time a device waits for the host between steps."""
+    decode step carried on average, and how much of a step the host spent outside the engine's calls and its waits
+    for the device (scheduling, bookkeeping, handing events out).
+
+    Where steps overlap (on a GPU), a decode step's seconds run from when the device could start it (its launch, or
+    the previous call's end if later) to its tokens' arrival: the device's time for it while the device is the limit,
+    the loop's period while the host is. The host's seconds then run beside the device's: the host is the limit when
+    they fill nearly the whole loop, and otherwise the device never waits for it."""
 
     prefill_tokens: int = 0
     prefill_s: float = 0.0  # prefill calls, with the decode tokens that rode in them
@@ -68,13 +74,14 @@ class StepTimes:
     decode_steps: int = 0
     decode_tokens: int = 0
     decode_s: float = 0.0
+    decode_blocked_s: float = 0.0  # the loop inside decode calls, or waiting for a launched step's tokens
     loop_steps: int = 0  # engine steps (one prefill call and one decode step at most) that had work
     loop_s: float = 0.0  # their wall time, model calls included
 
     @property
     def host_s(self) -> float:
-        """The loop's time outside the model's calls."""
-        return max(0.0, self.loop_s - self.prefill_s - self.decode_s)
+        """The loop's time outside the model's calls and its waits for the device."""
+        return max(0.0, self.loop_s - self.prefill_s - self.decode_blocked_s)
 
     def __add__(self, other: "StepTimes") -> "StepTimes":
         return StepTimes(*(a + b for a, b in zip(astuple(self), astuple(other))))
@@ -124,6 +131,7 @@ class ServeEngine:
         self._listener: Listener = lambda events: None
         self._decoded = False  # whether this step's prefill call made its decode tokens (riders)
         self._pending: PendingStep | None = None  # a decode step launched, its tokens not yet waited for
+        self._device_free = 0.0  # perf_counter when the last model call or wait for the device ended
 
     # ---- any thread ----
 
@@ -232,7 +240,7 @@ class ServeEngine:
             self._take_pending(tokens, finished)
         start = time.perf_counter()
         riders = self.scheduler.decoding() if chunks and self.model.decodes_in_prefill else []
-        firsts, ridden = self.model.prefill(chunks, riders)  # one engine call for all of them
+        firsts, ridden = self.model.prefill(chunks, riders)  # one engine call for all of them (none without chunks)
         prefill_s = time.perf_counter() - start
         for request, token in zip(riders, ridden):
             self._append(request, token, tokens, finished)
@@ -243,6 +251,7 @@ class ServeEngine:
                 self._append(chunk.request, first, tokens, finished)
         self._decoded = bool(chunks) and self.model.decodes_in_prefill  # this step's decode happened in the call
         if chunks:
+            self._device_free = start + prefill_s
             self._add_time(prefill_tokens=sum(len(c.tokens) for c in chunks), prefill_s=prefill_s, rider_tokens=len(riders))
         return self._events(tokens, finished)
 
@@ -256,9 +265,7 @@ class ServeEngine:
         self._decoded = False
         if decoding and self.model.overlaps and all(r.params.greedy for r in decoding):
             start = time.perf_counter()
-            wait = self.model.start_decode(decoding)
-            launched = PendingStep(wait, decoding)
-            self._add_time(decode_s=time.perf_counter() - start)  # the launch; the wait counts where it happens
+            launched = PendingStep(self.model.start_decode(decoding), decoding, start)  # timed when its tokens arrive
             events = self.finish_pending()  # while the device runs the step just launched
             self._pending = launched
             return events
@@ -267,7 +274,9 @@ class ServeEngine:
         if decoding:
             start = time.perf_counter()
             new = self.model.decode(decoding)
-            self._add_time(decode_steps=1, decode_tokens=len(decoding), decode_s=time.perf_counter() - start)
+            self._device_free = time.perf_counter()
+            seconds = self._device_free - start
+            self._add_time(decode_steps=1, decode_tokens=len(decoding), decode_s=seconds, decode_blocked_s=seconds)
             for request in decoding:
                 self._append(request, int(new[request.row]), tokens, finished)
         return self._events(tokens, finished)
@@ -281,14 +290,17 @@ class ServeEngine:
 
     def _take_pending(self, tokens: dict, finished: dict) -> None:
         """Waits for the launched decode step, if any, and appends its token to each request still decoding (one
-        that finished or was cancelled since the launch gets none); counted in the decode figures."""
+        that finished or was cancelled since the launch gets none); counted in the decode figures (StepTimes says how)."""
         pending, self._pending = self._pending, None
         if pending is None:
             return
         start = time.perf_counter()
         new = pending.tokens()
+        arrived = time.perf_counter()
+        device_s = arrived - max(pending.launched, self._device_free)  # the device ran the steps before it until then
+        self._device_free = arrived
         live = [r for r in pending.decoding if r.status is Status.DECODING]
-        self._add_time(decode_steps=1, decode_tokens=len(live), decode_s=time.perf_counter() - start)
+        self._add_time(decode_steps=1, decode_tokens=len(live), decode_s=device_s, decode_blocked_s=arrived - start)
         for request in live:
             self._append(request, int(new[request.row]), tokens, finished)
 

@@ -574,17 +574,18 @@ def test_captured_blocks_and_prefill_graphs_give_the_eager_tokens_on_a_gpu(modul
     assert list(graphed.prefill_graphs) == [64]
 
 
-def test_the_engine_turns_cudnn_attention_off_on_a_gpu_only(module):
+def test_the_engine_turns_cudnn_attention_off_for_cuda_alone(module):
     """torch 2.11 puts cuDNN's attention first on an H100 or H200, and cuDNN plans per shape; an engine on a GPU turns it
     off for its process, one on a CPU leaves torch's settings alone."""
-    assert torch.backends.cuda.cudnn_sdp_enabled()
-    module.without_cudnn_attention(torch.device("cpu"))
-    assert torch.backends.cuda.cudnn_sdp_enabled()
+    enabled = torch.backends.cuda.cudnn_sdp_enabled()  # off already where a GPU test made an engine in this process
+    torch.backends.cuda.enable_cudnn_sdp(True)
     try:
+        module.without_cudnn_attention(torch.device("cpu"))
+        assert torch.backends.cuda.cudnn_sdp_enabled()
         module.without_cudnn_attention(torch.device("cuda"))
         assert not torch.backends.cuda.cudnn_sdp_enabled()
     finally:
-        torch.backends.cuda.enable_cudnn_sdp(True)
+        torch.backends.cuda.enable_cudnn_sdp(enabled)
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")

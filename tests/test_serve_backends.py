@@ -320,9 +320,10 @@ def test_the_xla_backend_refuses_quantized_weights(tiny_checkpoint):
 def test_linnet_serve_on_xla_compiles_every_prefill_shape_its_budget_allows_ahead(tiny_checkpoint, tmp_path, monkeypatch):
     """linnet.serve on the xla backend counts each chunk in whole blocks of 32 against its step's budget (the backend's
     serve options), so that a step's blocks never pass the budget's: once the loop compiled ahead (the decode step,
-    and 1, 2 and 4 blocks for a budget of 96), serving prompts of 20-90 tokens compiles nothing, no call has more
-    than 3 blocks of prompt (chunks of 40 and 40 would have taken 4, and 16 tokens more a fifth), and each request
-    gets its single-request tokens."""
+    and 1, 2 and 4 blocks for a budget of 96, and the one-token prefill that parks a row at the end of its positions),
+    serving prompts of 20-90 tokens and one that fills its row compiles nothing, no call has more than 3 blocks of
+    prompt (chunks of 40 and 40 would have taken 4, and 16 tokens more a fifth), and each request gets its
+    single-request tokens."""
     if unavailable("xla"):
         pytest.skip(unavailable("xla"))
     import sys
@@ -337,7 +338,7 @@ def test_linnet_serve_on_xla_compiles_every_prefill_shape_its_budget_allows_ahea
     monitoring.register_event_duration_secs_listener(
         lambda event, seconds, **kw: compiles.append(event) if "backend_compile" in event else None
     )
-    assert serve.model.compile_ahead(config.prefill_budget) == 4  # and the decode step
+    assert serve.model.compile_ahead(config.prefill_budget) == 5  # and the decode step and the parking prefill
     assert compiles, "the compiles ahead were not seen"
     compiles.clear()
     module = sys.modules[type(b.engine).__module__]
@@ -348,11 +349,20 @@ def test_linnet_serve_on_xla_compiles_every_prefill_shape_its_budget_allows_ahea
         return layout(chunks, *args)
 
     monkeypatch.setattr(module, "batch_layout", counted)
+    parked = []
+    prefill = b.engine.prefill
+    monkeypatch.setattr(b.engine, "prefill", lambda row, tokens, start=0: parked.append(row) or prefill(row, tokens, start))
     requests = [Request(p, SamplingParams(max_tokens=8, ignore_eos=True)) for p in prompts(8, seed=3, low=20, high=90)]
     for r in requests:
         serve.submit(r)
     run_to_end(serve)
-    assert compiles == [], compiles
+    # then a request that fills its row to its 127th position, and one that decodes on: the first's free row is
+    # stepped on with the others (XLA steps every row) to the end of its positions, and parked
+    full = Request(prompts(1, seed=4, low=126, high=127)[0], SamplingParams(max_tokens=2, ignore_eos=True))
+    serve.submit(full)
+    serve.submit(Request(requests[0].prompt, SamplingParams(max_tokens=8, ignore_eos=True)))
+    run_to_end(serve)
+    assert parked and compiles == [], (parked, compiles)
     assert 0 < max(blocks) <= 3, blocks
     for r in requests[:3]:
         assert r.output == single_request_tokens(tiny_checkpoint, r.prompt, 8), r.prompt

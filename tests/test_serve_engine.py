@@ -100,25 +100,32 @@ def test_the_model_time_is_accounted_by_phase(engine):
     assert 0 < times.host_s == pytest.approx(times.loop_s - times.prefill_s - times.decode_s)
 
 
-def test_a_listener_reads_whole_steps_whose_model_time_fits_in_the_loop_s(engine):
-    # a client's last token reaches it inside the step that made it; what it reads then (a runner's timed-run
-    # figures) holds the steps before, whole: the model's time never exceeds the loop's, and the host's is positive
-    serve = serve_engine(engine, prefill_chunk=8, prefill_budget=16)
-    requests = [Request(p, GREEDY) for p in prompts(4, seed=7, low=3, high=8)]  # the first step ends a prompt
-    seen, done = [], threading.Event()
+def serve_on_the_loop_thread(serve: ServeEngine, requests: list[Request], listen) -> None:
+    """Serves the requests on the engine's loop thread, as the server does, calling listen(events) with each batch of
+    events on that thread, until every request has finished."""
+    done = threading.Event()
 
-    def listen(events):
-        seen.append(serve.times)
+    def listener(events):
+        listen(events)
         if all(r.status is Status.FINISHED for r in requests):
             done.set()
 
     for r in requests:
         serve.submit(r)
-    serve.start(listen)
+    serve.start(listener)
     try:
         assert done.wait(120)
     finally:
         serve.stop()
+
+
+def test_a_listener_reads_whole_steps_whose_model_time_fits_in_the_loop_s(engine):
+    # a client's last token reaches it inside the step that made it; what it reads then (a runner's timed-run
+    # figures) holds the steps before, whole: the model's time never exceeds the loop's, and the host's is positive
+    serve = serve_engine(engine, prefill_chunk=8, prefill_budget=16)
+    requests = [Request(p, GREEDY) for p in prompts(4, seed=7, low=3, high=8)]  # the first step ends a prompt
+    seen = []
+    serve_on_the_loop_thread(serve, requests, lambda events: seen.append(serve.times))
     assert len(seen) > 1 and seen[0].loop_steps == 0  # the first step's events came before any step had ended
     assert all(times.prefill_s + times.decode_s <= times.loop_s for times in seen)
     assert seen[-1].loop_steps > 0 and seen[-1].host_s > 0
@@ -150,20 +157,7 @@ def test_where_steps_overlap_a_decode_step_counts_the_device_s_time_and_the_host
     device = SimulatedDevice(tiny_checkpoint, 3, 48)
     serve = ServeEngine(device, ServeConfig(rows=3, max_positions=48), eos_token_id=None)
     requests = [Request(p, SamplingParams(max_tokens=12)) for p in prompts(3, seed=5, low=3, high=8)]
-    done = threading.Event()
-
-    def listen(events):
-        time.sleep(0.02)  # the host handing a step's tokens out
-        if all(r.status is Status.FINISHED for r in requests):
-            done.set()
-
-    for r in requests:
-        serve.submit(r)
-    serve.start(listen)
-    try:
-        assert done.wait(120)
-    finally:
-        serve.stop()
+    serve_on_the_loop_thread(serve, requests, lambda events: time.sleep(0.02))  # the host handing a step's tokens out
     times = serve.times
     assert times.decode_steps >= 10
     per_step = times.decode_s / times.decode_steps

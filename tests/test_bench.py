@@ -276,7 +276,7 @@ def test_a_gpu_whose_process_list_nvml_refuses_gives_a_row_without_gpu_memory_an
     0 GiB, with a note saying why."""
     import pynvml
 
-    from harness import launch, memory
+    from harness import bench, memory
 
     def refused(handles, pids):
         raise pynvml.NVMLError_NotSupported()
@@ -289,15 +289,7 @@ def test_a_gpu_whose_process_list_nvml_refuses_gives_a_row_without_gpu_memory_an
     assert sampler.peak_rss >= 200 << 20 and sampler.peak_gpu == 0
     assert sampler.gpu_unread == "NVML did not list the GPU's processes (Not Supported)"
 
-    class Sampler:  # the run's sampler, as it ended above
-        def __init__(self, pid):
-            self.__dict__.update(vars(sampler))
-        __enter__ = lambda self: self
-        __exit__ = lambda self, *exc: None
-
-    from harness import bench
-
-    monkeypatch.setattr(launch, "MemorySampler", Sampler)
+    # the run's own samplers meet the same refusal
     monkeypatch.setattr(bench, "TRUTH", fake("truth", "Counting"))  # stand-ins: only the row's memory is looked at
     monkeypatch.setattr(bench, "get_runner", lambda name: fake(name, "Counting"))
     [row] = load_result(run_bench(settings(tiny, tmp_path, [fake("counting", "Counting")]))).rows

@@ -17,7 +17,7 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from runners._torch import torch_dtype
-from runners.base import RowRefused
+from runners.base import CACHE_CHECKED, RowRefused
 
 # How far a cached decode may be from one full causal forward. The failure this check exists for, a cache the forward
 # ignores, computes each fed token alone at position 0, so the bound is a share of how far that is: the largest logit
@@ -108,7 +108,7 @@ def check_cached_decode(
 
 def cache_check_note(difference: float, alone: float) -> str:
     """The row's note of its check_cached_decode figures."""
-    return f"cached decode checked against a full forward at load: {difference:.2g} apart (the tokens alone: {alone:.2g})"
+    return f"{CACHE_CHECKED}: {difference:.2g} apart (the tokens alone: {alone:.2g})"
 
 
 def cache_length(cache) -> int | None:

@@ -37,6 +37,11 @@ class RowRefused(Exception):
     worker records the row as failed with this one-line reason, not a traceback."""
 
 
+# How a transformers row's note begins when its cached decode passed that self-check (runners/_transformers.py): a
+# row without it, in a file from before the check, may have decoded without its cache (scripts/gpu_targets.py)
+CACHE_CHECKED = "cached decode checked against a full forward at load"
+
+
 @dataclass(frozen=True)
 class RunSpec:
     """Everything a child process needs, sent as JSON. Unknown keys are errors."""

@@ -14,7 +14,8 @@
 # Then the steps' kernels are listed (at most 45 s, GPU_SUITE_KERNEL_SECONDS) and the tests that need a GPU run
 # (at most a minute, GPU_SUITE_TEST_SECONDS; 0 leaves either out). The run's budget is what SUITE_SECONDS leaves after
 # those, the wheels' install and END_SECONDS for the run's end (the memory bandwidth probed again, the summary), and
-# counts from the run's start (its checkpoint and first probe included); GPU_SUITE_BUDGET sets it instead.
+# counts from the run's start (its checkpoint and first probe included); GPU_SUITE_BUDGET sets it instead. Last, the
+# result file against the GPU issues' targets (scripts/gpu_targets.py, a second or two: inside END_SECONDS).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export PYTHONUNBUFFERED=1 COLUMNS=${COLUMNS:-160}  # the log is no terminal: rich would wrap at 80
@@ -62,5 +63,11 @@ if (( TEST_SECONDS > 0 )); then
   timeout "$TEST_SECONDS" "$PYTHON" -m pytest -v -p no:cacheprovider -k on_a_gpu tests/test_serve_backends.py \
     tests/test_emit_torch.py 2>&1 | tee "$OUT/gpu-tests.log" | grep -E "PASSED|FAILED|SKIPPED|ERROR|passed|failed|skipped|error"
 fi
+# Last, where the device tool's reply shows it: the result file against the GPU issues' targets (met, missed or no
+# figure, each with its figure and interval: scripts/gpu_targets.py), and the command time the suite took.
+if latest=$(ls -t "$OUT"/results/*/*.json 2>/dev/null | head -1) && [[ -n $latest ]]; then
+  PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" "$PYTHON" scripts/gpu_targets.py "$latest" | tee "$OUT/targets.txt"
+fi
 ls -l "$OUT"
+echo "the suite took ${SECONDS} s of command time (at most ${SUITE_SECONDS})"
 exit "$status"

@@ -59,6 +59,10 @@ def test_the_suites_command_line_runs_in_dry_mode_without_plotly(tmp_path, witho
     assert "aten::scaled_dot_product_attention" in kernels and "Traceback" not in kernels, kernels
     tests = (tmp_path / "out" / "gpu-tests.log").read_text()  # the GPU's own tests: collected, and skipped here
     assert "needs a GPU" in tests and " skipped" in tests and not re.search(r"\b(ERROR|FAILED|failed|error)\b", tests), tests
+    targets = (tmp_path / "out" / "targets.txt").read_text()  # the GPU issues' targets, last in the reply's tail
+    assert re.search(r"no figure +linnet-cudagraphs decode +linnet-cudagraphs skipped: CUDA graphs need a GPU", targets)
+    assert re.search(r"met +transformers decodes through its cache", targets) and "issue 28, speed" in targets, targets
+    assert targets.splitlines()[-1] in out.stdout and re.search(r"^the suite took \d+ s of command time", out.stdout, re.M)
 
 
 def test_run_imports_no_site_package(tmp_path, without_plotly):

@@ -18,8 +18,8 @@ from harness.workload import get_profile
 from runners import RunnerInfo
 
 ROOT = Path(__file__).resolve().parent.parent
-SUITE_ROWS = ["transformers", "transformers-compiled", "linnet-cudagraphs", "linnet-jax", "serve-linnet-cudagraphs",
-              "serve-linnet-xla", "linnet-torch", "linnet-inductor", "linnet-stablehlo", "serve-transformers-batched",
+SUITE_ROWS = ["transformers", "transformers-compiled", "linnet-cudagraphs", "serve-linnet-cudagraphs", "serve-linnet-xla",
+              "linnet-inductor", "linnet-jax", "linnet-torch", "linnet-stablehlo", "serve-transformers-batched",
               "kerashub", "serve-kerashub-static"]  # fmt: skip
 
 
@@ -63,6 +63,31 @@ def test_the_suites_command_line_runs_in_dry_mode_without_plotly(tmp_path, witho
     assert re.search(r"no figure +linnet-cudagraphs decode +linnet-cudagraphs skipped: CUDA graphs need a GPU", targets)
     assert re.search(r"met +transformers decodes through its cache", targets) and "issue 28, speed" in targets, targets
     assert targets.splitlines()[-1] in out.stdout and re.search(r"^the suite took \d+ s of command time", out.stdout, re.M)
+
+
+def test_rows_that_spend_the_suites_time_leave_the_kernel_listing_out_and_the_targets_still_end_it(tmp_path, without_plotly):
+    """The result file comes first: where the rows (here a budget spent before any started) and the tests leave under
+    KERNEL_MIN_SECONDS of the suite's, the kernel listing is left out with a line saying so, not cut short, and the
+    targets still end the output."""
+    env = {**without_plotly, "OUT": str(tmp_path / "out"), "PYTHON": sys.executable, "GPU_SUITE_SECONDS": "30",
+           "GPU_SUITE_BUDGET": "1", "GPU_SUITE_TEST_SECONDS": "0"}  # fmt: skip
+    out = subprocess.run(["bash", "scripts/gpu-suite.sh", "--dry-run"], cwd=ROOT, env=env, capture_output=True, text=True,
+                         timeout=300)  # fmt: skip
+    assert out.returncode == 0 and "Traceback" not in out.stdout + out.stderr, out.stdout[-3000:] + out.stderr[-3000:]
+    kernels = (tmp_path / "out" / "step-kernels.txt").read_text()
+    assert re.fullmatch(r"the steps' kernels are not listed: \d+ s of the suite's 30 were left\n", kernels), kernels
+    assert "no figure  linnet.serve on XLA" in out.stdout and not (tmp_path / "out" / "gpu-tests.log").exists()
+    assert out.stdout.splitlines()[-1].startswith("the suite took "), out.stdout[-1000:]
+
+
+@pytest.mark.parametrize("knob, value", [("GPU_SUITE_SECONDS", "1x"), ("GPU_SUITE_TEST_SECONDS", "-5"),
+                                         ("GPU_SUITE_KERNEL_SECONDS", "x[$(touch pwned)]"), ("GPU_SUITE_SECONDS", "9" * 40)])
+def test_a_suite_knob_that_is_no_whole_number_of_seconds_is_refused_in_one_line(tmp_path, knob, value):
+    out = subprocess.run(["bash", "scripts/gpu-suite.sh", "--dry-run"], cwd=ROOT, capture_output=True, text=True, timeout=60,
+                         env={**os.environ, "OUT": str(tmp_path / "out"), knob: value})  # fmt: skip
+    assert out.returncode == 2 and out.stdout == "" and not (tmp_path / "out").exists(), out
+    assert out.stderr.startswith(f"error: {knob} must be a whole number of seconds") and len(out.stderr.splitlines()) == 1
+    assert not (ROOT / "pwned").exists()
 
 
 def test_run_imports_no_site_package(tmp_path, without_plotly):

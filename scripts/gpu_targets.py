@@ -19,6 +19,7 @@ from pathlib import Path
 
 from harness import stats
 from harness.bounds import run_dtype, truth_ratio_bound
+from harness.check import has_trials
 from harness.results import ResultFile, Row, load_result
 from harness.validate import invalid_figures, is_number, printable
 from linnet_core.errors import UserError
@@ -68,7 +69,7 @@ TARGETS = (
 @dataclass(frozen=True)
 class Figure:
     value: float
-    interval: tuple[float, float] | None = None  # the 95% interval, over TRIALS trials or more
+    interval: tuple[float, float] | None = None  # the 95% interval, where the row kept 2 trials or more (has_trials)
 
 
 def figure(row: Row, metric: str, slowest: bool = False) -> Figure | str:
@@ -79,15 +80,15 @@ def figure(row: Row, metric: str, slowest: bool = False) -> Figure | str:
     samples = row.samples.get(metric, [])
     if slowest:
         return Figure(max(stats.pooled(samples), default=value))
-    return Figure(value, stats.interval(samples) if len(samples) >= TRIALS else None)
+    return Figure(value, stats.interval(samples) if has_trials(row, metric) else None)
 
 
 def ratio(row: Row, other: Row, metric: str) -> Figure | str:
     mine, theirs = figure(row, metric), figure(other, metric)
     if isinstance(mine, str) or isinstance(theirs, str):
         return mine if isinstance(mine, str) else theirs
-    a, b = row.samples.get(metric, []), other.samples.get(metric, [])
-    interval = stats.ratio_interval(a, b)[1:] if min(len(a), len(b)) >= TRIALS else None
+    both = has_trials(row, metric) and has_trials(other, metric)
+    interval = stats.ratio_interval(row.samples[metric], other.samples[metric])[1:] if both else None
     return Figure(mine.value / theirs.value, interval)
 
 

@@ -1,10 +1,15 @@
-"""Shared fixtures: a private cache for synthetic weights, and the tiny model's checkpoint."""
+"""Shared fixtures: a private cache for synthetic weights, the tiny model's checkpoint, and the GPU suite's dry run."""
 
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -32,6 +37,15 @@ def tiny_checkpoint(tiny, private_cache):
     from linnet_core.checkpoint import synthetic_checkpoint
 
     return synthetic_checkpoint(tiny.id, tiny.config, tiny.checkpoint_dtype)
+
+
+@pytest.fixture
+def untrained(monkeypatch):
+    """Synthetic checkpoints written in this test keep their starting weights: for a test of a checkpoint's layout,
+    dtype or cache key, which the twins' training (seconds each) does not change."""
+    from linnet_core import checkpoint
+
+    monkeypatch.setattr(checkpoint, "train_on_corpus", lambda tensors, *_: tensors)
 
 
 @pytest.fixture
@@ -90,3 +104,34 @@ def tiny_tokenizer_checkpoint(tiny, tiny_checkpoint, tmp_path_factory):
     fast = PreTrainedTokenizerFast(tokenizer_object=tokenizer, eos_token="<|im_end|>", pad_token="<|endoftext|>")
     fast.save_pretrained(target)
     return target
+
+
+def plotly_blocked(directory: Path) -> dict:
+    """An environment in which `import plotly` fails, in a process's children and theirs (PYTHONPATH), as on the GPU
+    image."""
+    (directory / "plotly").mkdir(parents=True)
+    (directory / "plotly" / "__init__.py").write_text("raise ImportError('plotly is not on the GPU image')\n")
+    return {**os.environ, "PYTHONPATH": os.pathsep.join([str(directory), os.environ.get("PYTHONPATH", "")])}
+
+
+@pytest.fixture
+def without_plotly(tmp_path) -> dict:
+    return plotly_blocked(tmp_path / "blocked")
+
+
+@pytest.fixture(scope="session")
+def suite_dry_run(tmp_path_factory, private_cache):
+    """What `make gpu` runs on the device, run once here: scripts/gpu-suite.sh --dry-run (every row of the suite on the
+    tiny model, f32, on this CPU, the quick profile, through `linnet-bench run`) with plotly unimportable. Returns the
+    finished process, its out folder and its result file (None if it wrote none). Its own test judges the suite; the
+    tests of the rows it measured (transformers, transformers compiled, the generated-PyTorch rows) read their rows
+    from its file rather than measuring them again."""
+    from harness.results import load_result
+
+    base = tmp_path_factory.mktemp("suite-dry-run")
+    env = {**plotly_blocked(base / "blocked"), "OUT": str(base / "out"), "PYTHON": sys.executable}
+    done = subprocess.run(["bash", "scripts/gpu-suite.sh", "--dry-run"], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=1200)  # fmt: skip
+    files = list((base / "out").glob("*.json"))  # copied beside the log, for the device tool to bring back
+    return done, base / "out", load_result(files[0]) if len(files) == 1 else None
+

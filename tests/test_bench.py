@@ -34,9 +34,16 @@ def settings(tiny, tmp_path, runners, timeout_s=None) -> BenchSettings:
 
 
 @pytest.fixture(scope="module")
-def transformers_run(tiny, tmp_path_factory, private_cache):
-    runners = [RUNNERS["transformers"], RUNNERS["transformers-compiled"]]
-    return load_result(run_bench(settings(tiny, tmp_path_factory.mktemp("results"), runners)))
+def suite_run(suite_dry_run):
+    """A real `linnet-bench run` with both transformers rows: the GPU suite's dry run (tests/conftest.py), on the tiny
+    model, the quick profile, f32 on this CPU."""
+    result = suite_dry_run[2]
+    assert result is not None, "the GPU suite's dry run wrote no result file (tests/test_gpu_suite.py says why)"
+    return result
+
+
+def transformers_rows(result) -> dict:
+    return {r.runner: r for r in result.rows if r.runner in ("transformers", "transformers-compiled")}
 
 
 def test_a_child_reports_its_own_peak_memory_not_its_parents():
@@ -52,9 +59,9 @@ def test_a_child_reports_its_own_peak_memory_not_its_parents():
     assert 0 < own < 200 * 2**20  # an interpreter with psutil
 
 
-def test_both_transformers_rows_are_measured_with_distances(transformers_run):
-    rows = {r.runner: r for r in transformers_run.rows}
-    assert transformers_run.complete and transformers_run.weights == "synthetic"
+def test_both_transformers_rows_are_measured_with_distances(suite_run):
+    rows = transformers_rows(suite_run)
+    assert suite_run.complete and suite_run.weights == "synthetic" and len(rows) == 2
     for row in rows.values():
         assert row.status == "ok", row.reason
         assert all(f in row.metrics for f in PROTOCOL_FIELDS), sorted(row.metrics)
@@ -69,30 +76,30 @@ def test_both_transformers_rows_are_measured_with_distances(transformers_run):
     assert rows["transformers"].kl_mean == rows["transformers"].kl_p99 == 0.0 and rows["transformers"].top1_agree == 1.0
     compiled = rows["transformers-compiled"]
     assert 0 <= compiled.kl_mean <= compiled.kl_p99 < 1e-6 and compiled.top1_agree == 1.0
-    shape = transformers_run.reference_distributions
+    shape = suite_run.reference_distributions
     assert shape["positions"] >= 256 and 0 < shape["entropy_mean"] < shape["uniform_entropy"], shape
 
 
-def test_every_row_is_measured_against_the_float64_truth(transformers_run):
+def test_every_row_is_measured_against_the_float64_truth(suite_run):
     """The truth (transformers in float64 on the CPU, one full forward) is no row; each row's distance from it, and its
     ratio to the reference's own, are. In f32 both transformers rows sit ~1e-5 from it."""
-    rows = {r.runner: r for r in transformers_run.rows}
-    assert "transformers-f64" not in rows
+    assert "transformers-f64" not in {r.runner for r in suite_run.rows}
+    rows = transformers_rows(suite_run)
     reference, compiled = rows["transformers"], rows["transformers-compiled"]
     assert 0 < reference.truth_distance < 1e-4 and reference.truth_ratio == 1.0
     assert 0 < compiled.truth_distance < 1e-4 and 0.2 < compiled.truth_ratio < 5
     assert any("cached decode checked against a full forward" in n for n in reference.notes)
 
 
-def test_each_decode_row_is_placed_against_the_memory_wall(transformers_run, tiny):
+def test_each_decode_row_is_placed_against_the_memory_wall(suite_run, tiny):
     """The run measured this machine's bandwidth once; each row records the bytes a decode step reads and the share of
     the wall its median decode reaches (the tiny model sits in the caches, so only the arithmetic is checked here)."""
     from harness import roofline
 
-    gb_s = transformers_run.machine["memory_bandwidth_gb_s"]
+    gb_s = suite_run.machine["memory_bandwidth_gb_s"]
     assert 1 < gb_s < 1000
-    assert "the larger of 2 probes, at the run's start and end" in transformers_run.machine["memory_bandwidth_method"]
-    for row in transformers_run.rows:
+    assert "the larger of 2 probes, at the run's start and end" in suite_run.machine["memory_bandwidth_method"]
+    for row in transformers_rows(suite_run).values():
         read = roofline.bytes_per_token(tiny.config, "f32", None, 32, 8)
         assert row.metrics["bytes_per_token"] == read
         assert row.metrics["roofline"] == pytest.approx(row.metrics["decode_tok_s"] * read / (gb_s * 1e9))
@@ -103,20 +110,21 @@ def test_a_reference_whose_cache_is_ignored_refuses_to_be_the_reference(tiny, tm
     Such a reference now fails its own check at load, in one line, and no row is compared with it; the float64 truth
     still measures every row, and shows the right row right."""
     runners = [RunnerInfo("transformers", "tests.fake_reference:ReferenceThatIgnoresItsCache", "transformers", "PyTorch"),
-               RUNNERS["transformers-compiled"]]  # fmt: skip
+               RUNNERS["linnet-torch"]]  # fmt: skip
     result = load_result(run_bench(settings(tiny, tmp_path, runners)))
-    reference, compiled = result.rows
+    reference, right = result.rows
     assert reference.status == "failed" and reference.distance is None
     assert "ignored the cache it was given, so it cannot be the reference" in reference.reason
     assert "Traceback" not in reference.reason and len(reference.reason.splitlines()) == 1
-    assert compiled.status == "ok" and compiled.distance is None and compiled.truth_ratio is None
-    assert any(n.startswith("not compared: the reference did not run (transformers ") for n in compiled.notes)
-    assert 0 < compiled.truth_distance < 1e-4
+    assert right.status == "ok" and right.distance is None and right.truth_ratio is None
+    assert any(n.startswith("not compared: the reference did not run (transformers ") for n in right.notes)
+    assert 0 < right.truth_distance < 1e-4
 
 
-def test_the_result_file_records_the_run(transformers_run):
-    r = transformers_run
-    assert r.protocol == {"profile": "quick", "dtype": "f32", "device": "cpu", "timeout_s": 600, "trials": 1}
+def test_the_result_file_records_the_run(suite_run):
+    r = suite_run  # as scripts/gpu-suite.sh --dry-run asked for it
+    assert r.protocol == {"profile": "quick", "dtype": "f32", "device": "cpu", "timeout_s": 240, "trials": 1, "budget_s": 600,
+                          "serving_trials": 1}  # fmt: skip
     assert r.workload["prompt_tokens"] == 32 and r.workload["new_tokens"] == 8 and r.workload["runs"] == 2
     assert "torch" in r.machine["versions"] and "transformers" in r.machine["versions"] and r.machine["cpu"]
     assert r.architecture == {"model_type": "qwen2", "layers": 2, "hidden_size": 64, "parameters": 164_416}

@@ -23,25 +23,13 @@ SUITE_ROWS = ["transformers", "transformers-compiled", "linnet-cudagraphs", "ser
               "kerashub", "serve-kerashub-static"]  # fmt: skip
 
 
-@pytest.fixture
-def without_plotly(tmp_path) -> dict:
-    """An environment in which `import plotly` fails, in this process's children and theirs (PYTHONPATH)."""
-    blocked = tmp_path / "blocked"
-    (blocked / "plotly").mkdir(parents=True)
-    (blocked / "plotly" / "__init__.py").write_text("raise ImportError('plotly is not on the GPU image')\n")
-    return {**os.environ, "PYTHONPATH": os.pathsep.join([str(blocked), os.environ.get("PYTHONPATH", "")])}
-
-
-def test_the_suites_command_line_runs_in_dry_mode_without_plotly(tmp_path, without_plotly):
+def test_the_suites_command_line_runs_in_dry_mode_without_plotly(suite_dry_run):
     """What `make gpu` runs on the device, on the tiny model on this CPU: every row of the suite is there, the CUDA-only
     one skipped with its reason, every other measured and within its truth-ratio bound, and the summary printed."""
-    env = {**without_plotly, "OUT": str(tmp_path / "out"), "PYTHON": sys.executable}
-    out = subprocess.run(["bash", "scripts/gpu-suite.sh", "--dry-run"], cwd=ROOT, env=env, capture_output=True, text=True,
-                         timeout=1200)  # fmt: skip
+    out, folder, result = suite_dry_run
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     assert "result file:" in out.stdout and "Traceback" not in out.stdout + out.stderr
-    [path] = (tmp_path / "out").glob("*.json")  # copied beside the log, for the device tool to bring back
-    result = load_result(path)
+    assert result is not None, list(folder.iterdir())  # the result file, copied beside the log
     rows = {r.runner: r for r in result.rows}
     assert list(rows) == SUITE_ROWS and result.complete and result.protocol["budget_s"] == 600
     assert rows["linnet-cudagraphs"].status == "skipped" and "need a GPU" in rows["linnet-cudagraphs"].reason
@@ -52,14 +40,14 @@ def test_the_suites_command_line_runs_in_dry_mode_without_plotly(tmp_path, witho
         if row.truth_ratio is not None:
             assert row.truth_ratio <= 10, (row.runner, row.truth_ratio)
     assert rows["transformers"].truth_ratio == 1.0 and rows["linnet-jax"].truth_ratio is not None
-    kernels = (tmp_path / "out" / "step-kernels.txt").read_text()  # the decode step's ops here (kernels on a GPU)
+    kernels = (folder / "step-kernels.txt").read_text()  # the decode step's ops here (kernels on a GPU)
     steps = re.findall(r"^(\d+) row\(s\), a (decode|prefill) step.*: (\d+) ops, ", kernels, re.M)
     assert [s[:2] for s in steps] == [("1", "decode"), ("4", "decode"), ("4", "prefill")], kernels
     assert all(int(n) > 20 for *_, n in steps) and "3 chunks (768 tokens, 1 continuing a prompt), 1 rows decoding" in kernels, kernels
     assert "aten::scaled_dot_product_attention" in kernels and "Traceback" not in kernels, kernels
-    tests = (tmp_path / "out" / "gpu-tests.log").read_text()  # the GPU's own tests: collected, and skipped here
+    tests = (folder / "gpu-tests.log").read_text()  # the GPU's own tests: collected, and skipped here
     assert "needs a GPU" in tests and " skipped" in tests and not re.search(r"\b(ERROR|FAILED|failed|error)\b", tests), tests
-    targets = (tmp_path / "out" / "targets.txt").read_text()  # the GPU issues' targets, last in the reply's tail
+    targets = (folder / "targets.txt").read_text()  # the GPU issues' targets, last in the reply's tail
     assert re.search(r"no figure +linnet-cudagraphs decode +linnet-cudagraphs skipped: CUDA graphs need a GPU", targets)
     assert re.search(r"met +transformers decodes through its cache", targets) and "issue 28, speed" in targets, targets
     assert targets.splitlines()[-1] in out.stdout and re.search(r"^the suite took \d+ s of command time", out.stdout, re.M)

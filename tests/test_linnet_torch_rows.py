@@ -1,14 +1,12 @@
 """The generated-PyTorch rows (linnet-torch, linnet-inductor, linnet-cudagraphs) through the real harness: child
 processes, the quick profile, the transformers reference; f32 logits within 1e-4 through the cache path and
-every greedy token the reference's."""
+every greedy token the reference's. On a CPU, where linnet-cudagraphs is skipped with its reason (its graphs are
+replayed against eager by tests/test_emit_torch.py's tests on a GPU)."""
 
 from __future__ import annotations
 
 import pytest
-import torch
 
-from harness.bench import BenchSettings, run_bench
-from harness.results import load_result
 from harness.workload import get_profile
 from runners import RUNNERS
 
@@ -17,12 +15,11 @@ QUICK = get_profile("quick")
 
 
 @pytest.fixture(scope="module")
-def rows(tiny, tmp_path_factory, private_cache):
-    device = "cuda" if torch.cuda.is_available() else "cpu"
-    settings = BenchSettings(tiny, tuple(RUNNERS[r] for r in ROWS), QUICK, "f32", device, None,
-                             tmp_path_factory.mktemp("results"))  # fmt: skip
-    result = load_result(run_bench(settings))
-    assert result.complete
+def rows(suite_dry_run):
+    """The rows of a real `linnet-bench run` of them: the GPU suite's dry run (tests/conftest.py), on the tiny model,
+    the quick profile, f32 on this CPU."""
+    result = suite_dry_run[2]
+    assert result is not None and result.complete, "the GPU suite's dry run wrote no whole result file"
     return {r.runner: r for r in result.rows}
 
 
@@ -36,7 +33,7 @@ def test_each_row_names_the_stack_it_replaces(runner, rows):
 @pytest.mark.parametrize("runner", ROWS)
 def test_rows_that_run_here_match_the_reference(runner, rows):
     row = rows[runner]
-    if runner == "linnet-cudagraphs" and not torch.cuda.is_available():
+    if runner == "linnet-cudagraphs":
         assert row.status == "skipped" and row.reason == "CUDA graphs need a GPU"
         return
     assert row.status == "ok", row.reason
@@ -46,5 +43,4 @@ def test_rows_that_run_here_match_the_reference(runner, rows):
     assert any("tokens to the host once per decode" in note for note in row.notes)  # generate(): no per-token sync
     assert row.metrics["decode_tok_s"] > 0 and row.metrics["load_s"] > 0
     assert 0 < row.metrics["weights_s"] < row.metrics["load_s"]  # reading and placing the weights: a part of the load
-    if not torch.cuda.is_available():
-        assert any(note.startswith("load time includes the weights' copy into 2 MiB pages") for note in row.notes)
+    assert any(note.startswith("load time includes the weights' copy into 2 MiB pages") for note in row.notes)

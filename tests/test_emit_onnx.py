@@ -146,7 +146,7 @@ def test_linnet_compile_writes_models_that_onnx_runtime_loads_in_a_fresh_process
     assert result == {"next": expected, "position": len(tokens), "argmax": expected}
 
 
-def test_weights_in_bf16_checkpoints_are_read_without_torch(tiny, tmp_path):
+def test_weights_in_bf16_checkpoints_are_read_without_torch(tiny, tmp_path, untrained):
     """A bf16 checkpoint (as the 0.5B's is) emits the same f32 model as its f32 values do."""
     from linnet_core.checkpoint import load_weights, synthetic_checkpoint
 

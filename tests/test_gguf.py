@@ -84,7 +84,7 @@ def test_weights_are_the_checkpoint_s_unpermuted(tiny_checkpoint, files):
             assert np.abs(values - source[hf_name]).max() <= tolerance * scale, (dtype, hf_name)
 
 
-def test_an_untied_head_is_written(tiny, tmp_path):
+def test_an_untied_head_is_written(tiny, tmp_path, untrained):
     untied = dataclasses.replace(tiny.config, tie_word_embeddings=False)
     source = checkpoint.synthetic_checkpoint("untied", untied, "float32", cache=tmp_path / "cache")
     found = tensors(gguf.GGUFReader(linnet_gguf.export(source, tmp_path / "untied.gguf")))

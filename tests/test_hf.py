@@ -48,7 +48,7 @@ def test_the_tied_head_is_stored_once(tiny, exported):
     assert config["tie_word_embeddings"] is True and config["architectures"] == ["Qwen2ForCausalLM"]
 
 
-def test_an_untied_head_is_kept(tiny, tmp_path):
+def test_an_untied_head_is_kept(tiny, tmp_path, untrained):
     untied = dataclasses.replace(tiny.config, tie_word_embeddings=False)
     source = checkpoint.synthetic_checkpoint("untied", untied, "float32", cache=tmp_path / "cache")
     out = hf.export(source, tmp_path / "out")
@@ -92,7 +92,7 @@ def test_generation_config_keeps_greedy_decoding_greedy(tiny, tiny_checkpoint, t
     assert generated[0, len(spec.prompt):].tolist() == greedy
 
 
-def test_bf16_weights_stay_bf16_and_bit_identical(tiny, tmp_path):
+def test_bf16_weights_stay_bf16_and_bit_identical(tiny, tmp_path, untrained):
     source = checkpoint.synthetic_checkpoint(tiny.id, tiny.config, "bfloat16", cache=tmp_path / "cache")
     out = hf.export(source, tmp_path / "out")
     assert json.loads((out / "config.json").read_text())["torch_dtype"] == "bfloat16"

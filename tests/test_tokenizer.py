@@ -89,7 +89,7 @@ def test_the_synthetic_checkpoint_has_it_and_its_chat_template(tiny_checkpoint, 
     assert ids[0] == 1002 and ids.count(1001) == 2 and tiny_tokenizer.decode(ids) == text
 
 
-def test_the_cache_key_follows_the_tokenizer(tiny, tmp_path, monkeypatch):
+def test_the_cache_key_follows_the_tokenizer(tiny, tmp_path, monkeypatch, untrained):
     """A checkpoint cached with another tokenizer (or none, as before) is never reused."""
     from linnet_core.checkpoint import synthetic_checkpoint
 

@@ -122,9 +122,9 @@ def test_a_reference_whose_cache_is_ignored_refuses_to_be_the_reference(tiny, tm
 
 
 def test_the_result_file_records_the_run(suite_run):
-    r = suite_run  # as scripts/gpu-suite.sh --dry-run asked for it
-    assert r.protocol == {"profile": "quick", "dtype": "f32", "device": "cpu", "timeout_s": 240, "trials": 1, "budget_s": 600,
-                          "serving_trials": 1}  # fmt: skip
+    r = suite_run  # as scripts/gpu-suite.sh --dry-run asked for it (its budget: tests/test_gpu_suite.py)
+    asked = {"profile": "quick", "dtype": "f32", "device": "cpu", "timeout_s": 240, "trials": 1, "serving_trials": 1}
+    assert {k: v for k, v in r.protocol.items() if k != "budget_s"} == asked and r.protocol["budget_s"] > 0
     assert r.workload["prompt_tokens"] == 32 and r.workload["new_tokens"] == 8 and r.workload["runs"] == 2
     assert "torch" in r.machine["versions"] and "transformers" in r.machine["versions"] and r.machine["cpu"]
     assert r.architecture == {"model_type": "qwen2", "layers": 2, "hidden_size": 64, "parameters": 164_416}

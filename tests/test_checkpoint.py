@@ -18,9 +18,9 @@ def test_synthetic_weights_are_deterministic(tiny, tmp_path):
     """Two processes training the twin at once write the same weights; another seed writes other weights."""
     code = ("import sys; from pathlib import Path; from harness.registry import get_model; from linnet_core import checkpoint; "
             "e = get_model(sys.argv[1]); checkpoint.synthetic_checkpoint(e.id, e.config, 'float32', cache=Path(sys.argv[2]))")  # fmt: skip
-    other = subprocess.Popen([sys.executable, "-c", code, tiny.id, str(tmp_path / "a")], cwd=ROOT)
+    writer = subprocess.Popen([sys.executable, "-c", code, tiny.id, str(tmp_path / "a")], cwd=ROOT)
     b = checkpoint.load_weights(checkpoint.synthetic_checkpoint(tiny.id, tiny.config, "float32", cache=tmp_path / "b"))
-    assert other.wait(timeout=600) == 0
+    assert writer.wait(timeout=600) == 0
     a = checkpoint.load_weights(checkpoint.synthetic_checkpoint(tiny.id, tiny.config, "float32", cache=tmp_path / "a"))
     assert a.keys() == b.keys() == checkpoint.tensor_shapes(tiny.config).keys()
     assert all(np.array_equal(a[k], b[k]) for k in a)

@@ -135,3 +135,11 @@ def suite_dry_run(tmp_path_factory, private_cache):
     files = list((base / "out").glob("*.json"))  # copied beside the log, for the device tool to bring back
     return done, base / "out", load_result(files[0]) if len(files) == 1 else None
 
+
+@pytest.fixture(scope="session")
+def suite_run(suite_dry_run):
+    """The dry run's result file, for the tests of the rows it measured (its own test says why it is missing)."""
+    result = suite_dry_run[2]
+    assert result is not None and result.complete, "the GPU suite's dry run wrote no whole result file"
+    return result
+

@@ -33,16 +33,8 @@ def settings(tiny, tmp_path, runners, timeout_s=None) -> BenchSettings:
     return BenchSettings(tiny, tuple(runners), get_profile("quick"), "f32", "cpu", None, tmp_path, timeout_s=timeout_s)
 
 
-@pytest.fixture(scope="module")
-def suite_run(suite_dry_run):
-    """A real `linnet-bench run` with both transformers rows: the GPU suite's dry run (tests/conftest.py), on the tiny
-    model, the quick profile, f32 on this CPU."""
-    result = suite_dry_run[2]
-    assert result is not None, "the GPU suite's dry run wrote no result file (tests/test_gpu_suite.py says why)"
-    return result
-
-
 def transformers_rows(result) -> dict:
+    """Both transformers rows of a real `linnet-bench run`: suite_run, the GPU suite's dry run (tests/conftest.py)."""
     return {r.runner: r for r in result.rows if r.runner in ("transformers", "transformers-compiled")}
 
 
